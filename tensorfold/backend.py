@@ -1,0 +1,55 @@
+"""Backends: where the model's operations run. The model calls ops through a backend and never imports numba.
+
+`numpy` runs the twins of `tensorfold/cuda/` on any machine. Every backend offers the same methods with the same
+arguments; arrays a backend returns are its own (NumPy arrays here).
+"""
+import numpy as np
+
+from .cuda import attention, conv, deltanet, gemv, rmsnorm, rope, sampling
+from .cuda.fmath import sigmoid32, silu32
+from .errors import BackendError
+
+BACKENDS = ("numpy", "cuda", "auto")
+
+
+class NumpyBackend:
+    """The NumPy twins, one method per kernel family."""
+
+    name = "numpy"
+
+    def linear(self, x, weight):
+        """x [rows, in] @ weight.T for a `Linear` in any of its forms."""
+        if weight.kind == "f32":
+            return gemv.gemv_f32(x, weight.data)
+        if weight.kind == "bf16":
+            return gemv.gemv_bf16(x, weight.data)
+        return gemv.gemv_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
+
+    def embed(self, ids, weight):
+        return weight.rows(ids)
+
+    rmsnorm = staticmethod(rmsnorm.rmsnorm)
+    rmsnorm_gated = staticmethod(rmsnorm.rmsnorm_gated)
+    l2norm = staticmethod(rmsnorm.l2norm)
+    causal_conv = staticmethod(conv.causal_conv)
+    deltanet_gates = staticmethod(deltanet.deltanet_gates)
+    deltanet_scan = staticmethod(deltanet.deltanet_scan)
+    deltanet_apply = staticmethod(deltanet.deltanet_apply)
+    rope = staticmethod(rope.rope)
+    attention_partial = staticmethod(attention.attention_partial)
+    attention_merge = staticmethod(attention.attention_merge)
+    sigmoid = staticmethod(sigmoid32)
+    silu = staticmethod(silu32)
+    sample = staticmethod(sampling.sample)
+
+    def to_host(self, array) -> np.ndarray:
+        return np.asarray(array)
+
+
+def make_backend(name: str):
+    """The backend called `name`: "numpy", "cuda" or "auto" (the GPU when one is usable, else NumPy)."""
+    if name not in BACKENDS:
+        raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "cuda":
+        raise BackendError("backend 'cuda': the CUDA kernels are not part of this version yet; use 'numpy'")
+    return NumpyBackend()

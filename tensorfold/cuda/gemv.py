@@ -1,0 +1,83 @@
+"""GEMV over a round's rows: y[r, o] = sum_k W[o, k] * x[r, k], for float32, bf16 and MLX affine 4/8-bit weights.
+
+Mapping (the kernel): one block of `THREADS` threads per output `o`; the block reads row `o` of the weights once and
+serves every row `r` of the round. Thread `t` walks the columns `k = t, t + THREADS, ...` and keeps one float32
+accumulator per row; the block then adds its `THREADS` partial sums in a fixed shared-memory tree.
+
+Why this shape: each output's reduction order (the column stride, then the tree) depends only on `K` and
+`THREADS`, never on how many rows the round has, so a prompt of 300 rows and 300 one-row steps give the same bits.
+
+Weights are dequantized inside the loop, column by column, and never materialised:
+
+* bf16: the 16 stored bits are the top half of the float32 (`bits << 16`), exact.
+* affine (MLX): column `k` of output `o` is `scales[o, g] * q + biases[o, g]` with `g = k // group_size` and the
+  code `q` taken from the packed uint32 word `k // (32 // bits)` at bit offset `bits * (k % (32 // bits))`
+  (element 0 in the lowest bits).
+"""
+import numpy as np
+
+from .fmath import fma32, tree_sum
+
+THREADS = 128  # threads per block: the column stride and the width of the reduction tree
+TILE_ELEMENTS = 1 << 21  # the twin takes outputs in tiles of about this many accumulators (bounds its memory)
+
+
+def bf16_to_f32(bits):
+    """bf16 bit patterns (uint16) to float32 values, exactly."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values):
+    """float32 values to bf16 bit patterns, rounding to nearest even; NaN stays a quiet NaN."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
+
+
+def affine_rows(packed, scales, biases, bits, group_size, outs):
+    """Dequantize the rows `outs` of an affine-quantized weight: float32 [len(outs), K]."""
+    per_word = 32 // bits
+    cols = np.arange(packed.shape[1] * per_word)
+    codes = (packed[outs][:, cols // per_word] >> (bits * (cols % per_word)).astype(np.uint32)) & ((1 << bits) - 1)
+    groups = cols // group_size
+    return fma32(scales[outs][:, groups], codes.astype(np.float32), biases[outs][:, groups])
+
+
+def gemv(x, weight_rows, out_features):
+    """The twin: y[r, o] for every row of `x` [rows, K], reading weight rows through `weight_rows(outs)`.
+
+    The twin takes a tile of outputs at a time (for memory) and runs the threads' strided walk as a loop over steps,
+    each step vectorised over (row, output, thread); float64 buffers make each step's `fma32` one NumPy pass.
+    """
+    x64 = np.asarray(x, np.float64)
+    rows, in_features = x64.shape
+    y = np.empty((rows, out_features), np.float32)
+    tile = max(1, TILE_ELEMENTS // (rows * THREADS))
+    for first in range(0, out_features, tile):
+        outs = np.arange(first, min(first + tile, out_features))
+        w64 = np.asarray(weight_rows(outs), np.float64)  # this tile's weights, dequantized once for every row
+        partial = np.zeros((rows, len(outs), THREADS), np.float32)  # one accumulator per (row, output, thread)
+        step = np.empty((rows, len(outs), THREADS), np.float64)
+        for start in range(0, in_features, THREADS):  # step j of every thread's walk: column start + t
+            live = min(THREADS, in_features - start)  # threads past the last column have nothing more to add
+            exact = step[:, :, :live]
+            np.multiply(w64[None, :, start:start + live], x64[:, None, start:start + live], out=exact)
+            np.add(exact, partial[:, :, :live], out=exact)
+            partial[:, :, :live] = exact  # fma32: the float64 sum rounded once to float32
+        y[:, outs] = tree_sum(partial)
+    return y
+
+
+def gemv_f32(x, weight):
+    """y = x @ weight.T for a float32 weight [out, K]."""
+    return gemv(x, lambda outs: weight[outs], weight.shape[0])
+
+
+def gemv_bf16(x, weight_bits):
+    """y = x @ weight.T for a bf16 weight stored as uint16 bit patterns [out, K]."""
+    return gemv(x, lambda outs: bf16_to_f32(weight_bits[outs]), weight_bits.shape[0])
+
+
+def gemv_affine(x, packed, scales, biases, bits, group_size):
+    """y = x @ W.T for an MLX affine weight: packed uint32 [out, K * bits / 32], float32 scales and biases [out, K / gs]."""
+    return gemv(x, lambda outs: affine_rows(packed, scales, biases, bits, group_size, outs), packed.shape[0])

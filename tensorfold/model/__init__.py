@@ -1,0 +1,1 @@
+"""The Qwen3.5 hybrid model: config, weights and forward pass."""

@@ -1,0 +1,253 @@
+"""Loading a Qwen3.5 checkpoint: a folder or a hub id, HF safetensors (bf16/f32) or MLX affine (4- and 8-bit).
+
+The loader knows every tensor the config implies, with its shape, and refuses a checkpoint that lacks one, has one
+too many, or disagrees on a shape or dtype, naming the tensor. Quantized weights stay packed: they are
+dequantized inside the GEMV, so a 4-bit model takes about a quarter of its bf16 size.
+
+Names are brought to one canonical form (`layers.3.self_attn.q_proj.weight`): HF text-only saves use the prefix
+`model.`, released composite checkpoints `model.language_model.`, MLX conversions `language_model.model.` and
+`language_model.lm_head.`. Vision and multi-token-prediction tensors are skipped.
+
+MLX conversions differ from HF in two more ways that the loader undoes: the conv weight is stored [C, K, 1]
+instead of [C, 1, K], and the centred norm weights already carry the `+1` (the norms multiply by them directly).
+The conv layout tells the two apart, as mlx-lm itself decides.
+"""
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from ..cuda.gemv import affine_rows, bf16_to_f32
+from ..errors import CheckpointError
+from .config import ModelConfig
+from .safetensors_io import read_header
+
+PREFIXES = (("model.language_model.", ""), ("language_model.model.", ""), ("language_model.lm_head.", "lm_head."),
+            ("model.", ""))
+SKIPPED = ("model.visual.", "visual.", "vision_tower.", "mtp.", "model.mtp.", "language_model.mtp.")
+FLOAT_DTYPES = ("F32", "BF16", "F16")
+CENTRED_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight")
+
+
+@dataclasses.dataclass
+class Linear:
+    """A weight [out_features, in_features] in one of three forms: "f32", "bf16" (uint16 bits) or "affine"."""
+    kind: str
+    out_features: int
+    in_features: int
+    data: np.ndarray  # f32 values, bf16 bits, or packed uint32 codes
+    scales: np.ndarray | None = None  # affine only: float32 [out, in / group_size]
+    biases: np.ndarray | None = None
+    bits: int = 0
+    group_size: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.data, self.scales, self.biases) if a is not None)
+
+    def rows(self, ids) -> np.ndarray:
+        """Rows `ids` as float32 (the embedding lookup); only those rows are dequantized."""
+        ids = np.asarray(ids)
+        if self.kind == "f32":
+            return self.data[ids]
+        if self.kind == "bf16":
+            return bf16_to_f32(self.data[ids])
+        return affine_rows(self.data, self.scales, self.biases, self.bits, self.group_size, ids)
+
+    def dense(self) -> np.ndarray:
+        """The whole weight as float32 (for tests and export, never on the hot path)."""
+        return self.rows(np.arange(self.out_features))
+
+
+def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every canonical tensor name the config implies, with its logical shape (conv1d in the HF layout)."""
+    c = config
+    shapes = {"embed_tokens.weight": (c.vocab_size, c.hidden_size), "norm.weight": (c.hidden_size,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+    for i, kind in enumerate(c.layer_types):
+        p = f"layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
+        shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
+        shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, c.hidden_size)
+        shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, c.hidden_size)
+        shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
+        if kind == "linear_attention":
+            nv_dv = c.linear_num_value_heads * c.linear_value_head_dim
+            a = p + "linear_attn."
+            shapes[a + "in_proj_qkv.weight"] = (c.conv_dim, c.hidden_size)
+            shapes[a + "in_proj_z.weight"] = (nv_dv, c.hidden_size)
+            shapes[a + "in_proj_b.weight"] = (c.linear_num_value_heads, c.hidden_size)
+            shapes[a + "in_proj_a.weight"] = (c.linear_num_value_heads, c.hidden_size)
+            shapes[a + "conv1d.weight"] = (c.conv_dim, 1, c.linear_conv_kernel_dim)
+            shapes[a + "A_log"] = (c.linear_num_value_heads,)
+            shapes[a + "dt_bias"] = (c.linear_num_value_heads,)
+            shapes[a + "norm.weight"] = (c.linear_value_head_dim,)
+            shapes[a + "out_proj.weight"] = (c.hidden_size, nv_dv)
+        else:
+            a = p + "self_attn."
+            shapes[a + "q_proj.weight"] = (2 * c.num_attention_heads * c.head_dim, c.hidden_size)
+            shapes[a + "k_proj.weight"] = (c.num_key_value_heads * c.head_dim, c.hidden_size)
+            shapes[a + "v_proj.weight"] = (c.num_key_value_heads * c.head_dim, c.hidden_size)
+            shapes[a + "o_proj.weight"] = (c.hidden_size, c.num_attention_heads * c.head_dim)
+            shapes[a + "q_norm.weight"] = (c.head_dim,)
+            shapes[a + "k_norm.weight"] = (c.head_dim,)
+    return shapes
+
+
+def canonical_name(name: str) -> str | None:
+    """The canonical name of a stored tensor, or None for tensors the text model does not use."""
+    if name.startswith(SKIPPED):
+        return None
+    for prefix, replacement in PREFIXES:
+        if name.startswith(prefix):
+            return replacement + name[len(prefix):]
+    return name
+
+
+def resolve(model: str, progress: bool = True) -> str:
+    """A local folder, or the snapshot folder of a hub id (downloaded with a progress bar; offline if cached)."""
+    if os.path.isdir(model):
+        return model
+    if model.count("/") != 1 or model.startswith((".", "/", "~")):
+        raise CheckpointError(f"model {model!r}: no such folder, and not a hub id of the form owner/name")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
+    try:
+        return snapshot_download(model, allow_patterns=patterns, local_files_only=True)
+    except Exception:
+        pass  # not cached: download it
+    (enable_progress_bars if progress else disable_progress_bars)()
+    try:
+        return snapshot_download(model, allow_patterns=patterns)
+    except Exception as e:
+        raise CheckpointError(f"model {model!r}: cannot download from the hub ({type(e).__name__}: {e})") from None
+
+
+def stored_tensors(folder: str) -> dict:
+    """Every tensor in the folder's safetensors file(s), by stored name."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index) as f:
+                weight_map = json.load(f)["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
+        files = sorted(set(weight_map.values()))
+    else:
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+        weight_map = None
+    if not files:
+        raise CheckpointError(f"{folder}: no .safetensors files (tensorfold reads safetensors only)")
+    tensors = {}
+    for file in files:
+        path = os.path.join(folder, file)
+        if os.path.basename(file) != file or not os.path.exists(path):
+            raise CheckpointError(f"{folder}: the index names shard {file!r}, which is not in the folder")
+        for name, info in read_header(path).items():
+            if name in tensors:
+                raise CheckpointError(f"tensor {name} is stored twice ({tensors[name].path} and {path})")
+            tensors[name] = info
+    if weight_map is not None:
+        for name, file in weight_map.items():
+            if name not in tensors or os.path.basename(tensors[name].path) != file:
+                raise CheckpointError(f"tensor {name}: the index places it in {file}, but that shard lacks it")
+    return tensors
+
+
+def _float(info) -> np.ndarray:
+    """A float tensor as float32, whatever its stored float dtype."""
+    if info.dtype not in FLOAT_DTYPES:
+        raise CheckpointError(f"tensor {info.name}: dtype {info.dtype}, expected one of {', '.join(FLOAT_DTYPES)}")
+    values = info.read()
+    return bf16_to_f32(values) if info.dtype == "BF16" else values.astype(np.float32)
+
+
+def _linear(name, shape, found, config) -> Linear:
+    """A Linear (or embedding) weight, dense or affine-quantized; quantized iff `<module>.scales` exists."""
+    out_features, in_features = shape
+    weight = found[name]
+    module = name[:-len(".weight")]
+    scales, biases = found.get(module + ".scales"), found.get(module + ".biases")
+    if scales is None:
+        if biases is not None:
+            raise CheckpointError(f"tensor {biases.name}: biases without scales")
+        if weight.shape != shape:
+            raise CheckpointError(f"tensor {weight.name}: shape {list(weight.shape)}, expected {list(shape)}")
+        if weight.dtype == "BF16":
+            return Linear("bf16", out_features, in_features, weight.read())
+        return Linear("f32", out_features, in_features, _float(weight))
+    if biases is None:
+        raise CheckpointError(f"tensor {scales.name}: scales without biases (only affine quantization is supported)")
+    if config.quantization is None:
+        raise CheckpointError(f"tensor {scales.name}: the weight is quantized but config.json has no quantization")
+    spec = config.quantization.spec_for(weight.name[:-len(".weight")])
+    bits, group = spec.bits, spec.group_size
+    if in_features % group:
+        raise CheckpointError(f"tensor {weight.name}: in_features {in_features} is not a multiple of group_size {group}")
+    packed_shape = (out_features, in_features * bits // 32)
+    if weight.dtype != "U32" or weight.shape != packed_shape:
+        raise CheckpointError(f"tensor {weight.name}: {weight.dtype} {list(weight.shape)}, expected U32 "
+                              f"{list(packed_shape)} for {bits}-bit weights of shape {list(shape)}")
+    for part in (scales, biases):
+        if part.shape != (out_features, in_features // group):
+            raise CheckpointError(f"tensor {part.name}: shape {list(part.shape)}, expected "
+                                  f"{[out_features, in_features // group]} (group_size {group})")
+    return Linear("affine", out_features, in_features, weight.read(), _float(scales), _float(biases), bits, group)
+
+
+def load_weights(folder: str, config: ModelConfig) -> dict:
+    """All weights of the text model by canonical name: Linear for matrices, float32 arrays for the rest.
+
+    Norm weights come back as the multiplier the norm applies (`1 + w` for centred HF norms), conv weights as
+    [C, K].
+    """
+    stored = stored_tensors(folder)
+    shapes = expected_shapes(config)
+    found = {}
+    for name, info in stored.items():
+        canonical = canonical_name(name)
+        if canonical is None or (canonical == "lm_head.weight" and config.tie_word_embeddings):
+            continue  # vision, MTP, or an lm_head a tied model ignores
+        if canonical in found:
+            raise CheckpointError(f"tensor {name}: stored twice under different prefixes")
+        found[canonical] = info
+    quantized_parts = {n for n in found if n.endswith((".scales", ".biases"))}
+    for name in found:
+        if name not in shapes and name not in quantized_parts:
+            raise CheckpointError(f"unexpected tensor {found[name].name}: not part of this model's config")
+        if name in quantized_parts and name.rsplit(".", 1)[0] + ".weight" not in shapes:
+            raise CheckpointError(f"unexpected tensor {found[name].name}: not part of this model's config")
+    for name in shapes:
+        if name not in found:
+            raise CheckpointError(f"missing tensor {name} (expected shape {list(shapes[name])})")
+    mlx_layout = None
+    weights = {}
+    for name, shape in shapes.items():
+        info = found[name]
+        if len(shape) == 2:
+            weights[name] = _linear(name, shape, found, config)
+            continue
+        if name.endswith(("scales", "biases")):
+            continue
+        if name.endswith("conv1d.weight"):
+            c, _, k = shape
+            layout = {(c, 1, k): False, (c, k, 1): True}.get(info.shape)
+            if layout is None or (mlx_layout is not None and layout != mlx_layout):
+                raise CheckpointError(f"tensor {info.name}: shape {list(info.shape)}, expected {[c, 1, k]} (HF) "
+                                      f"or {[c, k, 1]} (MLX)")
+            mlx_layout = layout
+            weights[name] = _float(info).reshape(c, k)
+            continue
+        if info.shape != shape:
+            raise CheckpointError(f"tensor {info.name}: shape {list(info.shape)}, expected {list(shape)}")
+        weights[name] = _float(info)
+    if mlx_layout is None:  # no DeltaNet layer to tell: MLX files are the quantized or language_model.-named ones
+        mlx_layout = config.quantization is not None or any(n.startswith("language_model.") for n in stored)
+    for name in weights:
+        if name == "norm.weight" or name.endswith(CENTRED_NORMS):
+            if not mlx_layout:  # MLX files already hold 1 + w
+                weights[name] = (np.float32(1.0) + weights[name]).astype(np.float32)
+    return weights

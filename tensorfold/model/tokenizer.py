@@ -1,0 +1,176 @@
+"""Text <-> token ids, and chat messages -> prompt text, for Qwen3.5 checkpoints.
+
+The tokenizer is the checkpoint's own `tokenizer.json`, run by the `tokenizers` library; the chat template is the
+checkpoint's own Jinja template, rendered the way transformers renders it (sandboxed, trim_blocks, lstrip_blocks,
+`raise_exception`, a non-escaping `tojson`), so a prompt is byte-identical to the reference one.
+`train_bpe_tokenizer` builds a small tokenizer of the same kind for the tiny test model.
+"""
+
+import json
+from pathlib import Path
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer as HFTokenizer
+
+from tensorfold.errors import CheckpointError
+
+CHATML_TEMPLATE = Path(__file__).with_name("chatml.jinja")
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 of a trained tokenizer
+ADDED_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")  # single tokens that survive skip_special_tokens
+MODEL_MAX_LENGTH = 262144  # the context length Qwen3.5 checkpoints declare
+
+
+class Tokenizer:
+    """tokenizer.json through `tokenizers`, the checkpoint's own chat template through jinja2."""
+
+    def __init__(self, tokenizer: HFTokenizer, chat_template: str | None, stop_ids: tuple[int, ...]):
+        self._tokenizer = tokenizer
+        self.vocab_size: int = tokenizer.get_vocab_size(with_added_tokens=True)
+        self.stop_ids: tuple[int, ...] = stop_ids
+        self.chat_template: str | None = chat_template  # None: the checkpoint ships no template
+        self._template = compile_chat_template(chat_template) if chat_template is not None else None
+
+    @classmethod
+    def from_folder(cls, folder, eos_token_ids=()) -> "Tokenizer":
+        """Load a checkpoint folder's tokenizer; `eos_token_ids` (config.json's) are merged into the stop ids."""
+        folder = Path(folder)
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing: the checkpoint has no tokenizer")
+        generation_config = read_json(folder / "generation_config.json")
+        stop_ids = dict.fromkeys(as_ids(eos_token_ids) + as_ids(generation_config.get("eos_token_id")))
+        return cls(HFTokenizer.from_file(str(path)), read_chat_template(folder), tuple(stop_ids))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; no BOS is added, and special-token text such as "<|im_start|>" becomes its id."""
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        ids = [int(i) for i in ids]  # NumPy integers are not accepted by `tokenizers`
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None, tokenize=False, **kwargs):
+        """Render `messages` (and `tools`) to prompt text, or its ids if `tokenize`.
+
+        Extra keyword arguments (such as `enable_thinking`) are passed to the template. A template's
+        `raise_exception` raises `jinja2.TemplateError`.
+        """
+        if self._template is None:
+            raise CheckpointError("the checkpoint has no chat template (no chat_template.jinja, and no "
+                                  "chat_template in tokenizer_config.json)")
+        text = self._template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                     **kwargs)
+        return self.encode(text) if tokenize else text
+
+    def decoder(self, skip_special_tokens: bool = False) -> "StreamDecoder":
+        """An incremental detokenizer for printing text as it is produced."""
+        return StreamDecoder(self, skip_special_tokens)
+
+
+class StreamDecoder:
+    """Turns token ids, one at a time, into text that is safe to print.
+
+    A character can span several byte-level tokens; until its last byte arrives the decoded text ends with
+    U+FFFD, and that text is held back. Only a short window is re-decoded per token: the ids from the last
+    printed boundary (`prefix`) on, minus the text of the ids up to `read`, which was already printed.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = False):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.ids: list[int] = []
+        self.prefix = 0  # ids[prefix:read] decode to text that ends on a character boundary
+        self.read = 0  # ids[:read] have been printed
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes (often all of it, sometimes "")."""
+        self.ids.append(int(token_id))
+        printed = self._decode(self.ids[self.prefix:self.read])
+        text = self._decode(self.ids[self.prefix:])
+        if len(text) <= len(printed) or text.endswith("\ufffd"):
+            return ""  # an incomplete character: wait for its next byte
+        self.prefix, self.read = self.read, len(self.ids)
+        return text[len(printed):]
+
+    def flush(self) -> str:
+        """Return whatever is held back (an incomplete character decodes as U+FFFD)."""
+        printed = self._decode(self.ids[self.prefix:self.read])
+        text = self._decode(self.ids[self.prefix:])
+        self.prefix = self.read = len(self.ids)
+        return text[len(printed):]
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+
+def compile_chat_template(source: str) -> jinja2.Template:
+    """Compile a chat template in the environment transformers renders templates in."""
+
+    def raise_exception(message):
+        raise jinja2.TemplateError(message)
+
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        # Jinja's own tojson escapes HTML characters, which would change the prompt.
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
+
+
+def read_chat_template(folder: Path) -> str | None:
+    """The template in chat_template.jinja, else tokenizer_config.json's (a string, or a list named by "name")."""
+    path = folder / "chat_template.jinja"
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    template = read_json(folder / "tokenizer_config.json").get("chat_template")
+    if isinstance(template, list):
+        template = {entry["name"]: entry["template"] for entry in template}.get("default")
+    return template
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file's contents, or {} if the file does not exist."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def as_ids(value) -> list[int]:
+    """An eos_token_id field (None, an int or a list of ints) as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else list(value)
+
+
+def train_bpe_tokenizer(texts: list[str], vocab_size: int, folder) -> None:
+    """Train a byte-level BPE on `texts` and write it as a checkpoint's tokenizer files into `folder`.
+
+    Special tokens come first (ids 0, 1, 2), then the 256 byte symbols and the learned merges, then the added
+    tokens. The same inputs always give the same files.
+    """
+    tokenizer = HFTokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=sorted(pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in ADDED_TOKENS])
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    template = CHATML_TEMPLATE.read_text(encoding="utf-8")
+    (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
+    eos, pad = tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")
+    write_json(folder / "tokenizer_config.json", {
+        "chat_template": template, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": MODEL_MAX_LENGTH})
+    write_json(folder / "generation_config.json", {"eos_token_id": [eos, pad], "pad_token_id": pad})
+
+
+def write_json(path: Path, value: dict) -> None:
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
