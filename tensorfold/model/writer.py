@@ -1,0 +1,104 @@
+"""Writing Qwen3.5 checkpoints: HF safetensors (bf16 or f32) and MLX affine 4/8-bit, in the exact layouts the
+loader (and transformers, and mlx-lm) read.
+
+Input tensors use the canonical names and the HF logical form: centred norm weights, conv weights [C, 1, K].
+The MLX form follows mlx-lm's conversion: names under `language_model.`, conv [C, K, 1], `+1` folded into the
+centred norms, every Linear and the embedding quantized when its input width is a multiple of the group size,
+`A_log` kept in float32, a tied model without `lm_head`.
+"""
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from ..cuda.gemv import f32_to_bf16
+from .checkpoint import CENTRED_NORMS
+from .config import ModelConfig, Quantization
+from .safetensors_io import write_file
+
+FORMATS = ("hf", "hf-f32", "mlx4", "mlx8")
+
+
+def quantize_affine(weight, bits, group_size):
+    """MLX affine quantization of a float32 [out, in]: (packed uint32 codes, bf16 scales, bf16 biases).
+
+    Per group of `group_size` columns: bias = the group minimum, scale = range / (2^bits - 1), both rounded to
+    bf16 first, so the codes are chosen against the scales the file stores.
+    """
+    out_features, in_features = weight.shape
+    groups = weight.reshape(out_features, in_features // group_size, group_size).astype(np.float32)
+    low, high = groups.min(axis=2), groups.max(axis=2)
+    levels = (1 << bits) - 1
+    scale_bits = f32_to_bf16(np.maximum((high - low) / levels, np.float32(1e-8)))
+    bias_bits = f32_to_bf16(low)
+    scales = (scale_bits.astype(np.uint32) << 16).view(np.float32)
+    biases = (bias_bits.astype(np.uint32) << 16).view(np.float32)
+    codes = np.clip(np.rint((groups - biases[:, :, None]) / scales[:, :, None]), 0, levels).astype(np.uint32)
+    codes = codes.reshape(out_features, in_features // (32 // bits), 32 // bits)
+    shifts = (np.arange(32 // bits, dtype=np.uint32) * bits)[None, None, :]
+    packed = np.bitwise_or.reduce(codes << shifts, axis=2).astype(np.uint32)  # element 0 in the lowest bits
+    return packed, scale_bits, bias_bits
+
+
+def dense_tensors(weights: dict) -> dict:
+    """Loaded weights (Linear objects, norm multipliers, conv [C, K]) back in canonical HF form, float32."""
+    tensors = {}
+    for name, value in weights.items():
+        if hasattr(value, "dense"):
+            tensors[name] = value.dense()
+        elif name.endswith("conv1d.weight"):
+            tensors[name] = value[:, None, :]
+        elif name == "norm.weight" or name.endswith(CENTRED_NORMS):
+            tensors[name] = (value - np.float32(1.0)).astype(np.float32)
+        else:
+            tensors[name] = value
+    return tensors
+
+
+def write_checkpoint(folder, config: ModelConfig, tensors: dict, fmt: str = "hf", group_size: int = 64) -> None:
+    """Write config.json and model.safetensors in format `fmt` ("hf", "hf-f32", "mlx4" or "mlx8")."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    os.makedirs(folder, exist_ok=True)
+    stored = {}
+    if fmt.startswith("hf"):
+        float_dtype = "F32" if fmt == "hf-f32" else "BF16"
+        for name, value in tensors.items():
+            key = name if name == "lm_head.weight" else "model." + name
+            stored[key] = _float_entry(name, value, float_dtype)
+        config_dict = dataclasses.replace(config, quantization=None).to_dict()
+    else:
+        bits = 4 if fmt == "mlx4" else 8
+        for name, value in tensors.items():
+            key = "language_model." + (name if name == "lm_head.weight" else "model." + name)
+            if name.endswith("conv1d.weight"):
+                value = value.transpose(0, 2, 1)  # [C, 1, K] -> MLX [C, K, 1]
+            if name == "norm.weight" or name.endswith(CENTRED_NORMS):
+                value = value + np.float32(1.0)  # MLX norms multiply by the stored weight directly
+            if value.ndim == 2 and value.shape[1] % group_size == 0:
+                packed, scales, biases = quantize_affine(value, bits, group_size)
+                module = key[:-len(".weight")]
+                stored[key] = ("U32", packed)
+                stored[module + ".scales"] = ("BF16", scales)
+                stored[module + ".biases"] = ("BF16", biases)
+            else:
+                stored[key] = _float_entry(name, value, "BF16")
+        quantization = Quantization(bits=bits, group_size=group_size, mode="affine", overrides={})
+        text = dataclasses.replace(config, quantization=None).to_dict()
+        config_dict = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+                       "text_config": text, "tie_word_embeddings": config.tie_word_embeddings,
+                       "eos_token_id": list(config.eos_token_ids),
+                       "quantization": quantization.to_dict(), "quantization_config": quantization.to_dict()}
+    write_file(os.path.join(folder, "model.safetensors"), stored, metadata={"format": "pt"})
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config_dict, f, indent=2)
+        f.write("\n")
+
+
+def _float_entry(name, value, dtype):
+    """A float tensor as a (dtype, array) entry; A_log stays float32 as in every released checkpoint."""
+    value = np.asarray(value, np.float32)
+    if dtype == "F32" or name.endswith("A_log"):
+        return "F32", value
+    return "BF16", f32_to_bf16(value)
