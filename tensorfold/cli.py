@@ -1,0 +1,92 @@
+"""The `tensorfold` command: `generate` and `make-tiny` (and `tensorfold-serve`, the server's own entry point)."""
+import argparse
+import os
+import sys
+import time
+
+from .errors import TensorfoldError
+
+DEFAULT_MODEL = os.path.join(os.path.dirname(__file__), "models", "tiny-shakespeare")
+
+
+def default_model() -> str:
+    """The model used when no --model is given: the checkpoint shipped inside the package."""
+    if not os.path.exists(os.path.join(DEFAULT_MODEL, "config.json")):
+        raise TensorfoldError("no --model given and this installation has no embedded default model")
+    return DEFAULT_MODEL
+
+
+def cmd_generate(args) -> None:
+    from .api import load
+
+    started = time.perf_counter()
+    model = load(args.model or default_model(), backend=args.backend)
+    print(f"# {model.path}: {model.config.num_hidden_layers} layers, {model.weight_bytes / 2**20:.1f} MiB of "
+          f"weights, backend {model.backend.name}, loaded in {time.perf_counter() - started:.2f} s", file=sys.stderr)
+    if args.chat is not None:
+        messages = [{"role": "user", "content": args.chat}]
+        ids = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    else:
+        ids = model.tokenizer.encode(args.prompt)
+        print(args.prompt, end="", flush=True)
+    decoder = model.tokenizer.decoder(skip_special_tokens=True)
+    started, count = time.perf_counter(), 0
+    for token in model.stream(ids, args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                              top_k=args.top_k, min_p=args.min_p, seed=args.seed):
+        print(decoder.push(token), end="", flush=True)
+        count += 1
+    print(decoder.flush())
+    elapsed = time.perf_counter() - started
+    print(f"# {len(ids)} prompt tokens, {count} generated in {elapsed:.2f} s", file=sys.stderr)
+
+
+def cmd_make_tiny(args) -> None:
+    from .model.tiny import make_tiny
+
+    config = make_tiny(args.out, seed=args.seed, fmt=args.format)
+    print(f"wrote a random {config.num_hidden_layers}-layer Qwen3.5 checkpoint ({args.format}, seed {args.seed}) "
+          f"to {args.out}")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="tensorfold", description="Qwen3.5 inference, twin by twin.")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="generate text from a prompt or a chat message")
+    gen.add_argument("--model", help="checkpoint folder or hub id (default: the embedded model)")
+    what = gen.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="raw text to continue")
+    what.add_argument("--chat", help="a user message, rendered with the model's chat template")
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--min-p", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
+    gen.set_defaults(run=cmd_generate)
+
+    tiny = commands.add_parser("make-tiny", help="write a small random Qwen3.5 checkpoint")
+    tiny.add_argument("out", help="output folder")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--format", default="hf", choices=("hf", "mlx4", "mlx8"))
+    tiny.set_defaults(run=cmd_make_tiny)
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.run(args)
+    except TensorfoldError as e:
+        print(f"tensorfold: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def serve_main(argv=None) -> int:
+    print("tensorfold-serve: the server is not part of this version yet; use `tensorfold generate`",
+          file=sys.stderr)
+    return 2
