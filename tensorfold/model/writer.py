@@ -9,6 +9,7 @@ centred norms, every Linear and the embedding quantized when its input width is 
 import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -56,11 +57,19 @@ def dense_tensors(weights: dict) -> dict:
     return tensors
 
 
-def write_checkpoint(folder, config: ModelConfig, tensors: dict, fmt: str = "hf", group_size: int = 64) -> None:
-    """Write config.json and model.safetensors in format `fmt` ("hf", "hf-f32", "mlx4" or "mlx8")."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+
+
+def write_checkpoint(folder, config: ModelConfig, tensors: dict, fmt: str = "hf", group_size: int = 64,
+                     tokenizer_from=None) -> None:
+    """Write config.json and model.safetensors in format `fmt` ("hf", "hf-f32", "mlx4" or "mlx8"), and copy the
+    tokenizer files of the checkpoint folder `tokenizer_from` if given."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown checkpoint format {fmt!r}: choose one of {', '.join(FORMATS)}")
     os.makedirs(folder, exist_ok=True)
+    for name in TOKENIZER_FILES if tokenizer_from else ():
+        if os.path.exists(os.path.join(tokenizer_from, name)):
+            shutil.copyfile(os.path.join(tokenizer_from, name), os.path.join(folder, name))
     stored = {}
     if fmt.startswith("hf"):
         float_dtype = "F32" if fmt == "hf-f32" else "BF16"
