@@ -17,9 +17,10 @@ copyright = "the tensorfold authors"
 release = tensorfold.__version__
 version = release
 
+# The docstrings are prose, without "Args:" / "Returns:" sections, so napoleon is left out: it would read a
+# property docstring's "Title: text" first line as a type annotation.
 extensions = [
     "sphinx.ext.autodoc",  # API pages from docstrings
-    "sphinx.ext.napoleon",  # Google-style "Args:" / "Returns:" sections
     "sphinx.ext.viewcode",  # links from the API pages to highlighted source
 ]
 

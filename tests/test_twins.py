@@ -1,0 +1,222 @@
+"""The twins: each against a plain float64 reference, and each structural promise (the thread loop, the tree, the
+independence from the other rows) checked bit for bit with a planted control that must break it."""
+import numpy as np
+import pytest
+
+from tensorfold.cuda import attention, conv, deltanet, gemv, rmsnorm, rope, sampling
+from tensorfold.cuda.fmath import fma32, tree_sum
+
+rng = np.random.default_rng(0)
+
+
+def normal(*shape, scale=1.0):
+    return (rng.normal(size=shape) * scale).astype(np.float32)
+
+
+# --- GEMV ---------------------------------------------------------------------------------------------------------
+
+def thread_loop_gemv(x, w, threads=gemv.THREADS):
+    """The kernel's mapping written out: thread t walks columns t, t + threads, ...; then the block tree."""
+    y = np.empty((x.shape[0], w.shape[0]), np.float32)
+    for r in range(x.shape[0]):
+        for o in range(w.shape[0]):
+            partial = np.zeros(threads, np.float32)
+            for t in range(threads):
+                for k in range(t, w.shape[1], threads):
+                    partial[t] = fma32(w[o, k], x[r, k], partial[t])
+            y[r, o] = tree_sum(partial)
+    return y
+
+
+@pytest.mark.parametrize("in_features", [64, 200, 300])
+def test_gemv_is_the_thread_loop(in_features):
+    x, w = normal(3, in_features), normal(5, in_features)
+    y = gemv.gemv_f32(x, w)
+    assert y.tobytes() == thread_loop_gemv(x, w).tobytes()
+    assert np.allclose(y, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-4)
+    if in_features > 64:  # control: another tree width sums in another order
+        assert y.tobytes() != thread_loop_gemv(x, w, threads=64).tobytes()
+
+
+def test_gemv_rows_do_not_change_each_other():
+    x, w = normal(17, 300), normal(33, 300)
+    together = gemv.gemv_f32(x, w)
+    alone = np.concatenate([gemv.gemv_f32(x[r:r + 1], w) for r in range(17)])
+    assert together.tobytes() == alone.tobytes()
+
+
+def test_bf16_round_trip_and_gemv():
+    w = normal(6, 128)
+    bits = gemv.f32_to_bf16(w)
+    back = gemv.bf16_to_f32(bits)
+    assert np.abs(back - w).max() <= np.abs(w).max() * 2 ** -8
+    assert gemv.f32_to_bf16(back).tobytes() == bits.tobytes()  # bf16 values are fixed points
+    x = normal(2, 128)
+    assert gemv.gemv_bf16(x, bits).tobytes() == gemv.gemv_f32(x, back).tobytes()
+    assert gemv.f32_to_bf16(np.array([np.nan], np.float32))[0] == 0x7FC0
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_affine_gemv_equals_dense_gemv_of_dequantized_rows(bits):
+    from tensorfold.model.writer import quantize_affine
+    w = normal(7, 192)
+    packed, scale_bits, bias_bits = quantize_affine(w, bits, 64)
+    scales, biases = gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits)
+    dense = gemv.affine_rows(packed, scales, biases, bits, 64, np.arange(7))
+    x = normal(3, 192)
+    assert gemv.gemv_affine(x, packed, scales, biases, bits, 64).tobytes() == gemv.gemv_f32(x, dense).tobytes()
+    assert np.abs(dense - w).max() <= scales.max() * 0.51 + 1e-2
+    wrong_group = gemv.affine_rows(packed, np.roll(scales, 1, axis=1), biases, bits, 64, np.arange(7))
+    assert not np.array_equal(wrong_group, dense)  # control: a wrong group index changes the weights
+
+
+# --- norms ------------------------------------------------------------------------------------------------------
+
+def test_rmsnorm_variants():
+    x, z, m = normal(4, 3, 200), normal(4, 3, 200), normal(200)
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * m
+    assert np.allclose(rmsnorm.rmsnorm(x, m, 1e-6), ref, rtol=1e-5, atol=1e-5)
+    gated = ref * z / (1 + np.exp(-z.astype(np.float64)))
+    assert np.allclose(rmsnorm.rmsnorm_gated(x, z, m, 1e-6), gated, rtol=1e-5, atol=1e-5)
+    l2 = x64 / np.sqrt((x64 ** 2).sum(-1, keepdims=True) + 1e-6) * 0.25
+    assert np.allclose(rmsnorm.l2norm(x, 1e-6, scale=0.25), l2, rtol=1e-5, atol=1e-6)
+    assert rmsnorm.rmsnorm(x[1:2], m, 1e-6).tobytes() == rmsnorm.rmsnorm(x, m, 1e-6)[1:2].tobytes()
+
+
+# --- causal conv ------------------------------------------------------------------------------------------------
+
+def test_causal_conv_reference_and_windows():
+    u, w, tail = normal(10, 12), normal(12, 4), normal(3, 12)
+    out, new_tail = conv.causal_conv(u, tail, w)
+    history = np.concatenate([tail, u]).astype(np.float64)
+    pre = np.stack([(history[r:r + 4] * w.T).sum(0) for r in range(10)])
+    assert np.allclose(out, pre / (1 + np.exp(-pre)), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(new_tail, u[-3:])
+    first, mid_tail = conv.causal_conv(u[:4], tail, w)
+    second, end_tail = conv.causal_conv(u[4:], mid_tail, w)
+    assert np.concatenate([first, second]).tobytes() == out.tobytes() and np.array_equal(end_tail, new_tail)
+    shifted, _ = conv.causal_conv(u[4:], np.concatenate([tail, u[:3]])[-3:], w)  # control: tail one row behind
+    assert shifted.tobytes() != second.tobytes()
+
+
+# --- DeltaNet ---------------------------------------------------------------------------------------------------
+
+def deltanet_inputs(rows, nk=2, nv=4, dk=8, dv=6):
+    q = rmsnorm.l2norm(normal(rows, nk, dk), 1e-6, scale=dk ** -0.5)
+    k = rmsnorm.l2norm(normal(rows, nk, dk), 1e-6)
+    decay, beta = deltanet.deltanet_gates(normal(rows, nv), normal(rows, nv), normal(nv), normal(nv))
+    return normal(nv, dk, dv, scale=0.1), q, k, normal(rows, nv, dv), decay, beta
+
+
+def test_deltanet_scan_matches_the_recurrence():
+    state, q, k, v, decay, beta = deltanet_inputs(9)
+    out, final, _ = deltanet.deltanet_scan(state, q, k, v, decay, beta)
+    s = state.astype(np.float64)
+    for r in range(9):
+        for h in range(4):
+            kh, qh = k[r, h // 2].astype(np.float64), q[r, h // 2].astype(np.float64)
+            s[h] *= decay[r, h]
+            delta = (v[r, h] - s[h].T @ kh) * beta[r, h]
+            s[h] += np.outer(kh, delta)
+            assert np.allclose(out[r, h], s[h].T @ qh, rtol=1e-4, atol=1e-5)
+    assert np.allclose(final, s, rtol=1e-4, atol=1e-5)
+
+
+def test_deltanet_apply_replays_the_log_and_controls_fail():
+    state, q, k, v, decay, beta = deltanet_inputs(12)
+    out, final, log = deltanet.deltanet_scan(state, q, k, v, decay, beta)
+    assert deltanet.deltanet_apply(state, log, range(12)).tobytes() == final.tobytes()
+    head, mid, _ = deltanet.deltanet_scan(state, q[:5], k[:5], v[:5], decay[:5], beta[:5])
+    tail, end, _ = deltanet.deltanet_scan(mid, q[5:], k[5:], v[5:], decay[5:], beta[5:])
+    assert np.concatenate([head, tail]).tobytes() == out.tobytes() and end.tobytes() == final.tobytes()
+    dropped = [r for r in range(12) if r != 7]
+    swapped = [0, 1, 2, 4, 3] + list(range(5, 12))
+    assert deltanet.deltanet_apply(state, log, dropped).tobytes() != final.tobytes()
+    assert deltanet.deltanet_apply(state, log, swapped).tobytes() != final.tobytes()
+
+
+def test_deltanet_gates():
+    b, a, a_log, dt_bias = normal(3, 4), normal(3, 4, scale=10), normal(4), normal(4)
+    decay, beta = deltanet.deltanet_gates(b, a, a_log, dt_bias)
+    x = a.astype(np.float64) + dt_bias
+    softplus = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+    assert np.allclose(decay, np.exp(-np.exp(a_log.astype(np.float64)) * softplus), rtol=1e-6)
+    assert np.allclose(beta, 1 / (1 + np.exp(-b.astype(np.float64))), rtol=1e-6)
+    assert (decay > 0).all() and (decay <= 1).all()
+
+
+# --- RoPE -------------------------------------------------------------------------------------------------------
+
+def test_rope_rotate_half_partial():
+    x, positions = normal(5, 2, 16), np.array([0, 1, 2, 40, 300])
+    y = rope.rope(x, positions, rotary_dim=8, theta=1e7)
+    assert np.array_equal(y[:, :, 8:], x[:, :, 8:]) and np.array_equal(y[0], x[0])
+    inv = 1e7 ** (-np.arange(4) * 2 / 8)
+    angle = positions[:, None, None] * inv
+    x64 = x.astype(np.float64)
+    ref = np.concatenate([x64[..., :4] * np.cos(angle) - x64[..., 4:8] * np.sin(angle),
+                          x64[..., 4:8] * np.cos(angle) + x64[..., :4] * np.sin(angle)], -1)
+    assert np.allclose(y[:, :, :8], ref, rtol=1e-5, atol=1e-6)
+    one = rope.rope(x[3:4], positions[3:4], 8, 1e7)
+    assert one.tobytes() == y[3:4].tobytes()
+    assert rope.rope(x[3:4], positions[3:4] + 1, 8, 1e7).tobytes() != one.tobytes()  # control: off by one
+
+
+# --- attention --------------------------------------------------------------------------------------------------
+
+def reference_attention(q, keys, values, n_keys, scale):
+    share = q.shape[1] // keys.shape[1]
+    out = np.empty(q.shape)
+    for r in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = keys[:n_keys[r], h // share].astype(np.float64) @ q[r, h] * scale
+            p = np.exp(s - s.max())
+            out[r, h] = p @ values[:n_keys[r], h // share] / p.sum()
+    return out
+
+
+def test_attention_matches_softmax_and_rows_are_independent():
+    keys, values = normal(300, 2, 16), normal(300, 2, 16)
+    q, n_keys = normal(5, 4, 16), np.array([1, 127, 128, 129, 300])
+    out = attention.attention_merge(*attention.attention_partial(q, keys, values, n_keys, 0.25))
+    assert np.allclose(out, reference_attention(q, keys, values, n_keys, 0.25), rtol=1e-4, atol=1e-5)
+    for r in range(5):
+        alone = attention.attention_merge(*attention.attention_partial(q[r:r + 1], keys, values, n_keys[r:r + 1], 0.25))
+        assert alone.tobytes() == out[r:r + 1].tobytes()
+
+
+def test_attention_chunk_boundary_control(monkeypatch):
+    keys, values, q = normal(300, 1, 16), normal(300, 1, 16), normal(1, 1, 16)
+    fixed = attention.attention_merge(*attention.attention_partial(q, keys, values, [300], 0.25))
+    monkeypatch.setattr(attention, "CHUNK", 64)  # control: a moved chunk boundary changes the sums
+    moved = attention.attention_merge(*attention.attention_partial(q, keys, values, [300], 0.25))
+    assert moved.tobytes() != fixed.tobytes() and np.allclose(moved, fixed, rtol=1e-5)
+
+
+# --- sampling ---------------------------------------------------------------------------------------------------
+
+def test_uniform_is_a_function_of_seed_and_position():
+    draws = [sampling.uniform(7, n) for n in range(1000)]
+    assert draws == [sampling.uniform(7, n) for n in range(1000)]
+    assert all(0 <= u < 1 for u in draws) and abs(np.mean(draws) - 0.5) < 0.05
+    assert draws != [sampling.uniform(8, n) for n in range(1000)]
+
+
+def test_filters():
+    logits = np.log(np.array([0.05, 0.4, 0.3, 0.2, 0.05], np.float32))
+    ids, probs = sampling.candidates(logits, 1.0)
+    assert list(ids) == [1, 2, 3, 0, 4]  # ties keep the lower id first
+    assert list(sampling.candidates(logits, 1.0, top_k=2)[0]) == [1, 2]
+    assert list(sampling.candidates(logits, 1.0, top_p=0.69)[0]) == [1, 2]
+    assert list(sampling.candidates(logits, 1.0, top_p=0.71)[0]) == [1, 2, 3]
+    assert list(sampling.candidates(logits, 1.0, min_p=0.45)[0]) == [1, 2, 3]
+    assert list(sampling.candidates(logits, 1.0, min_p=0.55)[0]) == [1, 2]
+    assert sampling.sample(logits, 0, 0, temperature=0.0) == 1
+    assert all(sampling.sample(logits, 3, n, temperature=1.0, top_k=1) == 1 for n in range(20))
+
+
+def test_seeded_draws_follow_the_distribution():
+    logits = np.log(np.array([0.1, 0.6, 0.3], np.float32))
+    counts = np.bincount([sampling.sample(logits, 11, n, temperature=1.0) for n in range(3000)], minlength=3)
+    assert np.allclose(counts / 3000, [0.1, 0.6, 0.3], atol=0.03)
