@@ -3,7 +3,6 @@
 Build from the repository root with `sphinx-build -W -b html docs docs/_build/html` (warnings are errors).
 """
 import os
-import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -36,16 +35,3 @@ html_theme_options = {
     "description": "Qwen3.5 inference, twin by twin",
     "fixed_sidebar": True,
 }
-
-
-# Chat-template tokens such as "<|im_start|>" read as reST substitution references ("|im_start|") in a docstring;
-# show them as inline code instead.
-SPECIAL_TOKEN = re.compile(r"(?<!`)(<\|[A-Za-z0-9_]+\|>)")
-
-
-def quote_special_tokens(app, what, name, obj, options, lines):
-    lines[:] = [SPECIAL_TOKEN.sub(r"``\1``", line) for line in lines]
-
-
-def setup(app):
-    app.connect("autodoc-process-docstring", quote_special_tokens)

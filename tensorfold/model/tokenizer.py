@@ -44,10 +44,11 @@ class Tokenizer:
         return cls(HFTokenizer.from_file(str(path)), read_chat_template(folder), tuple(stop_ids))
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; no BOS is added, and special-token text such as "<|im_start|>" becomes its id."""
+        """Token ids of `text`; no BOS is added, and special-token text such as ``<|im_start|>`` becomes its id."""
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """The text of `ids`; special tokens are dropped if `skip_special_tokens`."""
         ids = [int(i) for i in ids]  # NumPy integers are not accepted by `tokenizers`
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
