@@ -9,7 +9,7 @@ from .cuda import gemv
 from .cuda.attention import attention_merge, attention_partial
 from .cuda.conv import causal_conv
 from .cuda.deltanet import deltanet_apply, deltanet_gates, deltanet_scan
-from .cuda.fmath import sigmoid32, silu32
+from .cuda.elementwise import add, sigmoid_mul, silu_mul, take_last
 from .cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
 from .cuda.rope import rope
 from .cuda.sampling import sample
@@ -44,9 +44,28 @@ class NumpyBackend:
     rope = staticmethod(rope)
     attention_partial = staticmethod(attention_partial)
     attention_merge = staticmethod(attention_merge)
-    sigmoid = staticmethod(sigmoid32)
-    silu = staticmethod(silu32)
+    add = staticmethod(add)
+    silu_mul = staticmethod(silu_mul)
+    sigmoid_mul = staticmethod(sigmoid_mul)
+    take_last = staticmethod(take_last)
     sample = staticmethod(sample)
+
+    def zeros(self, shape):
+        return np.zeros(shape, np.float32)
+
+    def upload(self, array):
+        """A host array as this backend's array (NumPy: the array itself)."""
+        return array
+
+    def append_rows(self, buffer, length, rows):
+        """Write `rows` at `buffer[length:]`, growing the buffer (doubling) when full; returns the buffer."""
+        needed = length + len(rows)
+        if needed > len(buffer):
+            grown = np.zeros((max(needed, 2 * len(buffer)),) + buffer.shape[1:], buffer.dtype)
+            grown[:length] = buffer[:length]
+            buffer = grown
+        buffer[length:needed] = rows
+        return buffer
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
