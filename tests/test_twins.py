@@ -23,7 +23,7 @@ def thread_loop_gemv(x, w, threads=gemv.THREADS):
             partial = np.zeros(threads, np.float32)
             for t in range(threads):
                 for k in range(t, w.shape[1], threads):
-                    partial[t] = fma32(w[o, k], x[r, k], partial[t])
+                    partial[t] = fma32.py_func(w[o, k], x[r, k], partial[t])
             y[r, o] = tree_sum(partial)
     return y
 

@@ -49,20 +49,20 @@ def attention_partial(q, keys, values, n_keys, scale):
         chunk_keys = keys[slots].transpose(1, 0, 2)  # [Hq, slots, hd]
         scores = np.zeros((rows, heads, len(slots)), np.float32)
         for d in range(head_dim):  # each slot's thread walks the head dims in order
-            scores = fma32(q[:, :, None, d], chunk_keys[None, :, :, d], scores)
+            scores = fma32.py_func(q[:, :, None, d], chunk_keys[None, :, :, d], scores)
         scores = scores * np.float32(scale)
         scores = np.where(live[:, None, :], scores, -np.inf).astype(np.float32)
         chunk_max = scores.max(axis=2)
         reached = np.isfinite(chunk_max)
         safe_max = np.where(reached, chunk_max, 0).astype(np.float32)
-        p = np.where(live[:, None, :], exp32(scores - safe_max[:, :, None]), 0).astype(np.float32)
+        p = np.where(live[:, None, :], exp32.py_func(scores - safe_max[:, :, None]), 0).astype(np.float32)
         tree = np.zeros((rows, heads, CHUNK), np.float32)
         tree[:, :, :len(slots)] = p
         m[:, :, c] = chunk_max
         l[:, :, c] = tree_sum(tree)
         acc = np.zeros((rows, heads, head_dim), np.float32)
         for s, slot in enumerate(slots):  # each dim's thread walks the chunk's keys in order
-            acc = fma32(p[:, :, s, None], values[slot][None], acc)
+            acc = fma32.py_func(p[:, :, s, None], values[slot][None], acc)
         o[:, :, c] = acc
     return m, l, o
 
@@ -74,7 +74,7 @@ def attention_merge(m, l, o):
     acc = np.zeros(o.shape[:2] + o.shape[3:], np.float32)
     for c in range(m.shape[2]):
         reached = np.isfinite(m[:, :, c])
-        weight = np.where(reached, exp32(np.where(reached, m[:, :, c] - top, 0)), 0).astype(np.float32)
-        total = fma32(l[:, :, c], weight, total)
-        acc = fma32(o[:, :, c], weight[:, :, None], acc)
+        weight = np.where(reached, exp32.py_func(np.where(reached, m[:, :, c] - top, 0)), 0).astype(np.float32)
+        total = fma32.py_func(l[:, :, c], weight, total)
+        acc = fma32.py_func(o[:, :, c], weight[:, :, None], acc)
     return acc / total[:, :, None]

@@ -25,22 +25,22 @@ from .fmath import exp32, fma32, softplus32, sigmoid32
 
 def deltanet_gates(b, a, a_log, dt_bias):
     """Per row and value head: (decay = exp(-exp(A_log) * softplus(a + dt_bias)), beta = sigmoid(b)), float32."""
-    g = (-exp32(a_log) * softplus32(np.asarray(a, np.float32) + dt_bias)).astype(np.float32)
-    return exp32(g), sigmoid32(b)
+    g = (-exp32.py_func(a_log) * softplus32.py_func(np.asarray(a, np.float32) + dt_bias)).astype(np.float32)
+    return exp32.py_func(g), sigmoid32.py_func(b)
 
 
 def _column_sum(state, vec):
     """m[h, j] = sum_i state[h, i, j] * vec[h, i], with i walked in order (one thread per (h, j))."""
     acc = np.zeros((state.shape[0], state.shape[2]), np.float32)
     for i in range(state.shape[1]):
-        acc = fma32(state[:, i, :], vec[:, i, None], acc)
+        acc = fma32.py_func(state[:, i, :], vec[:, i, None], acc)
     return acc
 
 
 def _decay_and_write(state, decay, key, delta):
     """S = decay * S, then S = S + outer(key, delta): the two state updates of one row."""
     state = state * decay[:, None, None]
-    return fma32(key[:, :, None], delta[:, None, :], state)
+    return fma32.py_func(key[:, :, None], delta[:, None, :], state)
 
 
 def deltanet_scan(state, q, k, v, decay, beta):
@@ -61,7 +61,7 @@ def deltanet_scan(state, q, k, v, decay, beta):
         decayed = state * decay[r][:, None, None]
         read = _column_sum(decayed, k[r])
         deltas[r] = (v[r] - read) * beta[r][:, None]
-        state = fma32(k[r][:, :, None], deltas[r][:, None, :], decayed)
+        state = fma32.py_func(k[r][:, :, None], deltas[r][:, None, :], decayed)
         out[r] = _column_sum(state, q[r])
     return out, state, (np.array(decay, np.float32), deltas, k)
 

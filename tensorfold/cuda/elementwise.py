@@ -17,11 +17,11 @@ def add(a, b):
 
 
 def silu_mul(gate, up):
-    return silu32(gate) * up
+    return silu32.py_func(gate) * up
 
 
 def sigmoid_mul(x, gate):
-    return x * sigmoid32(gate)
+    return x * sigmoid32.py_func(gate)
 
 
 def take_last(x, start, stop):

@@ -40,7 +40,7 @@ def affine_rows(packed, scales, biases, bits, group_size, outs):
     cols = np.arange(packed.shape[1] * per_word)
     codes = (packed[outs][:, cols // per_word] >> (bits * (cols % per_word)).astype(np.uint32)) & ((1 << bits) - 1)
     groups = cols // group_size
-    return fma32(scales[outs][:, groups], codes.astype(np.float32), biases[outs][:, groups])
+    return fma32.py_func(scales[outs][:, groups], codes.astype(np.float32), biases[outs][:, groups])
 
 
 def gemv(x, weight_rows, out_features):

@@ -31,7 +31,7 @@ def rmsnorm(x, multiplier, eps):
 
 def rmsnorm_gated(x, z, multiplier, eps):
     """The DeltaNet output norm: rmsnorm(x) * SiLU(z), over the last axis (one head's values)."""
-    return rmsnorm(x, multiplier, eps) * silu32(z)
+    return rmsnorm(x, multiplier, eps) * silu32.py_func(z)
 
 
 def l2norm(x, eps, scale=1.0):
