@@ -15,6 +15,7 @@ Weights are dequantized inside the loop, column by column, and never materialise
   (element 0 in the lowest bits).
 """
 import numpy as np
+from numba import cuda
 
 from .fmath import fma32, tree_sum
 
@@ -81,3 +82,95 @@ def gemv_bf16(x, weight_bits):
 def gemv_affine(x, packed, scales, biases, bits, group_size):
     """y = x @ W.T for an MLX affine weight: packed uint32 [out, K * bits / 32], float32 scales and biases [out, K / gs]."""
     return gemv(x, lambda outs: affine_rows(packed, scales, biases, bits, group_size, outs), packed.shape[0])
+
+
+# --- the kernels --------------------------------------------------------------------------------------------------
+# Block (o, g) computes output o for the rows [g * ROWS, (g + 1) * ROWS) of the round; thread t walks the columns
+# t, t + THREADS, ... and keeps one accumulator per row in shared memory, so each weight is read once per block.
+# The three kernels differ only in the line that reads a weight.
+
+ROWS = 16  # rows per block: a decode round (up to 16 rows) reads the weights exactly once
+
+
+@cuda.jit(device=True)
+def block_tree_sum(partial, rows, t):
+    """Add each row's THREADS partial sums in the fixed halving tree; the sums end in partial[r, 0]."""
+    width = THREADS // 2
+    while width > 0:
+        cuda.syncthreads()
+        if t < width:
+            for r in range(rows):
+                partial[r, t] += partial[r, t + width]
+        width //= 2
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def bf16_bits_to_f32(bits):
+    """The float32 whose top half is `bits`: exact, and the same in the simulator (no bf16 type needed)."""
+    word = cuda.local.array(1, np.uint32)
+    word[0] = np.uint32(bits) << 16
+    return word.view(np.float32)[0]
+
+
+@cuda.jit
+def gemv_f32_kernel(x, weight, y):
+    o, first, t = cuda.blockIdx.x, cuda.blockIdx.y * ROWS, cuda.threadIdx.x
+    rows = min(ROWS, x.shape[0] - first)
+    partial = cuda.shared.array((ROWS, THREADS), np.float32)
+    for r in range(rows):
+        partial[r, t] = 0
+    for k in range(t, x.shape[1], THREADS):
+        w = weight[o, k]
+        for r in range(rows):
+            partial[r, t] = fma32(w, x[first + r, k], partial[r, t])
+    block_tree_sum(partial, rows, t)
+    if t == 0:
+        for r in range(rows):
+            y[first + r, o] = partial[r, 0]
+
+
+@cuda.jit
+def gemv_bf16_kernel(x, weight_bits, y):
+    o, first, t = cuda.blockIdx.x, cuda.blockIdx.y * ROWS, cuda.threadIdx.x
+    rows = min(ROWS, x.shape[0] - first)
+    partial = cuda.shared.array((ROWS, THREADS), np.float32)
+    for r in range(rows):
+        partial[r, t] = 0
+    for k in range(t, x.shape[1], THREADS):
+        w = bf16_bits_to_f32(weight_bits[o, k])
+        for r in range(rows):
+            partial[r, t] = fma32(w, x[first + r, k], partial[r, t])
+    block_tree_sum(partial, rows, t)
+    if t == 0:
+        for r in range(rows):
+            y[first + r, o] = partial[r, 0]
+
+
+@cuda.jit
+def gemv_affine_kernel(x, packed, scales, biases, bits, group_size, y):
+    o, first, t = cuda.blockIdx.x, cuda.blockIdx.y * ROWS, cuda.threadIdx.x
+    rows = min(ROWS, x.shape[0] - first)
+    per_word = 32 // bits
+    mask = np.uint32((1 << bits) - 1)
+    partial = cuda.shared.array((ROWS, THREADS), np.float32)
+    for r in range(rows):
+        partial[r, t] = 0
+    for k in range(t, x.shape[1], THREADS):
+        code = (packed[o, k // per_word] >> np.uint32(bits * (k % per_word))) & mask
+        g = k // group_size
+        w = fma32(scales[o, g], np.float32(code), biases[o, g])
+        for r in range(rows):
+            partial[r, t] = fma32(w, x[first + r, k], partial[r, t])
+    block_tree_sum(partial, rows, t)
+    if t == 0:
+        for r in range(rows):
+            y[first + r, o] = partial[r, 0]
+
+
+def launch_gemv(kernel, x, out_features, *weight_args, stream=0):
+    """Launch one of the GEMV kernels: a grid of (outputs, row groups), THREADS threads each; returns y."""
+    y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
+    grid = (out_features, -(-x.shape[0] // ROWS))
+    kernel[grid, THREADS, stream](x, *weight_args, y)
+    return y

@@ -1,16 +1,17 @@
 """RMSNorm in its three uses: `y = x / sqrt(mean(x^2) + eps) * weight`, the gated norm that multiplies by SiLU(z),
-and the L2 norm of DeltaNet's queries and keys (`x / sqrt(sum(x^2) + eps)`, no mean).
+and the L2 norm of DeltaNet's queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean).
 
-Mapping (the kernel): one block of `THREADS` threads per (row, group), a group being the whole row or one head.
-Thread t sums the squares of elements t, t + THREADS, ... with fma32; the block adds the partial sums in a tree;
-then every thread scales its own elements.
+Mapping (the kernels): one block of THREADS threads per vector (a row, or one head of a row). Thread t sums the
+squares of elements t, t + THREADS, ... with fma32; the block adds the partial sums in a fixed tree; then every
+thread scales its own elements. The twins vectorise over vectors and threads and keep that order.
 
 Centred versus plain weights: Qwen3.5 stores most norm weights centred at zero (`1 + w` multiplies) and the gated
-norm's plainly; the loader turns both into the multiplier itself, so the twin only ever multiplies.
+norm's plainly; the loader turns both into the multiplier itself, so twins and kernels only ever multiply.
 """
 import numpy as np
+from numba import cuda
 
-from .fmath import block_dot, silu32
+from .fmath import block_dot, fma32, silu32
 
 THREADS = 128
 
@@ -37,5 +38,79 @@ def rmsnorm_gated(x, z, multiplier, eps):
 def l2norm(x, eps, scale=1.0):
     """x / sqrt(sum(x^2) + eps) over the last axis, times `scale` (DeltaNet's 1 / sqrt(dk) for queries)."""
     x = np.asarray(x, np.float32)
-    y = x * inverse_rms(x, eps, mean=False)[..., None]
-    return y * np.float32(scale) if scale != 1.0 else y
+    return x * inverse_rms(x, eps, mean=False)[..., None] * np.float32(scale)
+
+
+# --- the kernels --------------------------------------------------------------------------------------------------
+# Block n normalises vector n of x viewed as [vectors, width]; thread t owns elements t, t + THREADS, ...
+
+@cuda.jit(device=True)
+def block_inverse_rms(x, n, t, eps, mean):
+    """inverse_rms of vector n, computed by the whole block (every thread gets the result)."""
+    partial = cuda.shared.array(THREADS, np.float32)
+    acc = np.float32(0)
+    for k in range(t, x.shape[1], THREADS):
+        acc = fma32(x[n, k], x[n, k], acc)
+    partial[t] = acc
+    width = THREADS // 2
+    while width > 0:
+        cuda.syncthreads()
+        if t < width:
+            partial[t] += partial[t + width]
+        width //= 2
+    cuda.syncthreads()
+    squares = partial[0]
+    cuda.syncthreads()  # everyone has read partial[0] before a next use of the buffer
+    if mean:
+        squares = squares / np.float32(x.shape[1])
+    return np.float32(1.0) / np.sqrt(squares + np.float32(eps))
+
+
+@cuda.jit
+def rmsnorm_kernel(x, multiplier, eps, y):
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
+    inv = block_inverse_rms(x, n, t, eps, True)
+    for k in range(t, x.shape[1], THREADS):
+        y[n, k] = x[n, k] * inv * multiplier[k]
+
+
+@cuda.jit
+def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
+    inv = block_inverse_rms(x, n, t, eps, True)
+    for k in range(t, x.shape[1], THREADS):
+        y[n, k] = x[n, k] * inv * multiplier[k] * silu32(z[n, k])
+
+
+@cuda.jit
+def l2norm_kernel(x, eps, scale, y):
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
+    inv = block_inverse_rms(x, n, t, eps, False)
+    for k in range(t, x.shape[1], THREADS):
+        y[n, k] = x[n, k] * inv * np.float32(scale)
+
+
+def as_vectors(a):
+    """A contiguous device array [..., width] viewed as [vectors, width]."""
+    width = a.shape[len(a.shape) - 1]
+    return a.reshape(a.size // width, width)
+
+
+def launch_norm(kernel, x, *args, stream=0):
+    """Launch a norm kernel over x [..., width] (one block per vector); args follow x in the kernel's order."""
+    y = cuda.device_array((x.size // x.shape[len(x.shape) - 1], x.shape[len(x.shape) - 1]), np.float32,
+                          stream=stream)
+    kernel[y.shape[0], THREADS, stream](as_vectors(x), *args, y)
+    return y.reshape(x.shape)
+
+
+def rmsnorm_launch(x, multiplier, eps, stream=0):
+    return launch_norm(rmsnorm_kernel, x, multiplier, eps, stream=stream)
+
+
+def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0):
+    return launch_norm(rmsnorm_gated_kernel, x, as_vectors(z), multiplier, eps, stream=stream)
+
+
+def l2norm_launch(x, eps, scale=1.0, stream=0):
+    return launch_norm(l2norm_kernel, x, eps, scale, stream=stream)
