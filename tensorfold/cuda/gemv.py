@@ -17,6 +17,8 @@ Weights are dequantized inside the loop, column by column, and never materialise
 import numpy as np
 from numba import cuda
 
+from ..contract import KernelCheck
+from .common import drop_row, swap_rows, to_host
 from .fmath import fma32, tree_sum
 
 THREADS = 128  # threads per block: the column stride and the width of the reduction tree
@@ -174,3 +176,64 @@ def launch_gemv(kernel, x, out_features, *weight_args, stream=0):
     grid = (out_features, -(-x.shape[0] // ROWS))
     kernel[grid, THREADS, stream](x, *weight_args, y)
     return y
+
+
+# --- the contract -------------------------------------------------------------------------------------------------
+
+def _cases(mode, rng):
+    """(rows, outputs, columns): tiny under the simulator; the projections of Qwen3.5-0.8B/2B and odd sizes on GPU."""
+    if mode == "sim":
+        shapes = [(1, 3, 200), (3, 2, 128), (17, 2, 130)]
+    else:
+        shapes = [(1, 6144, 1024), (16, 3584, 1024), (128, 1024, 3584), (1, 2048, 6144), (16, 6144, 2048),
+                  (3, 1000, 1088), (17, 248, 2048)]
+    return [(f"{rows}x{outs}x{cols}", {"x": rng.normal(size=(rows, cols)).astype(np.float32),
+                                         "weight": rng.normal(size=(outs, cols)).astype(np.float32)})
+            for rows, outs, cols in shapes]
+
+
+def _quantized_cases(bits):
+    def cases(mode, rng):
+        from ..model.writer import quantize_affine
+        out = []
+        for label, inputs in _cases(mode, rng):
+            if inputs["x"].shape[1] % 64:
+                continue
+            packed, scales, biases = quantize_affine(inputs["weight"], bits, 64)
+            out.append((label, {"x": inputs["x"], "packed": packed, "scales": bf16_to_f32(scales),
+                                "biases": bf16_to_f32(biases), "bits": bits, "group_size": 64}))
+        return out
+    return cases
+
+
+def _bf16_cases(mode, rng):
+    return [(label, {"x": i["x"], "weight_bits": f32_to_bf16(i["weight"])}) for label, i in _cases(mode, rng)]
+
+
+def _launch_f32(x, weight):
+    return to_host(launch_gemv(gemv_f32_kernel, cuda.to_device(x), weight.shape[0], cuda.to_device(weight)))
+
+
+def _launch_bf16(x, weight_bits):
+    return to_host(launch_gemv(gemv_bf16_kernel, cuda.to_device(x), weight_bits.shape[0], cuda.to_device(weight_bits)))
+
+
+def _launch_affine(x, packed, scales, biases, bits, group_size):
+    return to_host(launch_gemv(gemv_affine_kernel, cuda.to_device(x), packed.shape[0], cuda.to_device(packed),
+                               cuda.to_device(scales), cuda.to_device(biases), bits, group_size))
+
+
+def _wrong_group(inputs):
+    """Planted: every weight read with the scales of the neighbouring group."""
+    return {**inputs, "scales": np.roll(inputs["scales"], 1, axis=1)}
+
+
+_ROW_CONTROLS = {"two swapped rows": swap_rows("x"), "a dropped row": drop_row("x")}
+CONTRACT = [
+    KernelCheck("gemv_f32", gemv_f32, _launch_f32, _cases, _ROW_CONTROLS),
+    KernelCheck("gemv_bf16", gemv_bf16, _launch_bf16, _bf16_cases, _ROW_CONTROLS),
+    KernelCheck("gemv_affine4", gemv_affine, _launch_affine, _quantized_cases(4),
+                {**_ROW_CONTROLS, "a wrong group index": _wrong_group}),
+    KernelCheck("gemv_affine8", gemv_affine, _launch_affine, _quantized_cases(8),
+                {**_ROW_CONTROLS, "a wrong group index": _wrong_group}),
+]

@@ -11,6 +11,8 @@ norm's plainly; the loader turns both into the multiplier itself, so twins and k
 import numpy as np
 from numba import cuda
 
+from ..contract import KernelCheck
+from .common import swap_rows, to_host
 from .fmath import block_dot, fma32, silu32
 
 THREADS = 128
@@ -114,3 +116,33 @@ def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0):
 
 def l2norm_launch(x, eps, scale=1.0, stream=0):
     return launch_norm(l2norm_kernel, x, eps, scale, stream=stream)
+
+
+# --- the contract -------------------------------------------------------------------------------------------------
+
+def _cases(mode, rng):
+    """(rows, vectors per row, width): whole rows of D, and the per-head norms (q/k norms, DeltaNet heads)."""
+    shapes = [(3, 1, 40), (2, 3, 130)] if mode == "sim" else [(1, 1, 1024), (16, 1, 2048), (128, 1, 1024),
+                                                               (16, 8, 256), (5, 16, 128), (3, 1, 1000)]
+    cases = []
+    for rows, vectors, width in shapes:
+        x = rng.normal(size=(rows, vectors, width)).astype(np.float32)
+        z = rng.normal(size=(rows, vectors, width)).astype(np.float32)
+        cases.append((f"{rows}x{vectors}x{width}", {"x": x, "z": z, "multiplier": (1 + rng.normal(size=width) * 0.3)
+                                                    .astype(np.float32), "eps": 1e-6}))
+    return cases
+
+
+_CONTROLS = {"two swapped rows": swap_rows("x"), "eps off by a factor of ten": lambda i: {**i, "eps": i["eps"] * 10}}
+CONTRACT = [
+    KernelCheck("rmsnorm", lambda x, z, multiplier, eps: rmsnorm(x, multiplier, eps),
+                lambda x, z, multiplier, eps: to_host(rmsnorm_launch(cuda.to_device(x), cuda.to_device(multiplier), eps)),
+                _cases, _CONTROLS),
+    KernelCheck("rmsnorm_gated", rmsnorm_gated,
+                lambda x, z, multiplier, eps: to_host(rmsnorm_gated_launch(
+                    cuda.to_device(x), cuda.to_device(z), cuda.to_device(multiplier), eps)),
+                _cases, {**_CONTROLS, "gate of another row": swap_rows("z")}),
+    KernelCheck("l2norm", lambda x, z, multiplier, eps: l2norm(x, eps, 0.125),
+                lambda x, z, multiplier, eps: to_host(l2norm_launch(cuda.to_device(x), eps, 0.125)),
+                _cases, _CONTROLS),
+]

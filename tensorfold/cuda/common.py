@@ -1,0 +1,42 @@
+"""Small helpers shared by the kernel files: moving arrays for a contract check, and the element-grid size."""
+import numpy as np
+from numba import cuda
+
+BLOCK = 256  # threads per block of the one-thread-per-element kernels
+
+
+def blocks_for(n: int) -> int:
+    """Blocks of BLOCK threads that cover n elements."""
+    return max(1, -(-n // BLOCK))
+
+
+def on_device(inputs: dict) -> dict:
+    """Host arrays copied to the device; scalars passed through."""
+    return {k: cuda.to_device(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+
+
+def to_host(outputs):
+    """One device array or a tuple of them, copied back."""
+    if isinstance(outputs, tuple):
+        return tuple(o.copy_to_host() for o in outputs)
+    return outputs.copy_to_host()
+
+
+def swap_rows(name, a=0, b=1):
+    """A planted control: rows a and b of input `name` swapped (None where the input has too few rows)."""
+    def plant(inputs):
+        if len(inputs[name]) <= max(a, b):
+            return None
+        x = inputs[name].copy()
+        x[[a, b]] = x[[b, a]]
+        return {**inputs, name: x}
+    return plant
+
+
+def drop_row(name, row=-1):
+    """A planted control: one row of input `name` removed (None where it has only one)."""
+    def plant(inputs):
+        if len(inputs[name]) < 2:
+            return None
+        return {**inputs, name: np.delete(inputs[name], row, axis=0)}
+    return plant
