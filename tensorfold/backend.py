@@ -1,18 +1,21 @@
 """Backends: where the model's operations run. The model calls ops through a backend and never imports numba.
 
-`numpy` runs the twins of `tensorfold/cuda/` on any machine. Every backend offers the same methods with the same
-arguments; arrays a backend returns are its own (NumPy arrays here).
+* `numpy` runs the twins of `tensorfold/cuda/` on any machine.
+* `cuda` runs the kernels beside them on the GPU: weights uploaded once, every array a numba device array, every
+  launch on one stream. Under numba's CUDA simulator (`NUMBA_ENABLE_CUDASIM=1`) the same backend runs the kernels
+  on the CPU, which is how the test suite checks them without a GPU.
+* `auto` picks `cuda` when a real GPU is usable, else `numpy`.
+
+Both offer the same methods with the same arguments; the arrays a backend returns are its own.
 """
+import dataclasses
+import os
+
 import numpy as np
 
-from .cuda import gemv
-from .cuda.attention import attention_merge, attention_partial
-from .cuda.conv import causal_conv
-from .cuda.deltanet import deltanet_apply, deltanet_gates, deltanet_scan
-from .cuda.elementwise import add, sigmoid_mul, silu_mul, take_last
-from .cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
-from .cuda.rope import rope
-from .cuda.sampling import sample
+from .cuda import attention, conv, deltanet, elementwise, gemv, sampling
+from .cuda import rmsnorm as norm
+from .cuda import rope as rotary
 from .errors import BackendError
 
 BACKENDS = ("numpy", "cuda", "auto")
@@ -34,27 +37,27 @@ class NumpyBackend:
     def embed(self, ids, weight):
         return weight.rows(ids)
 
-    rmsnorm = staticmethod(rmsnorm)
-    rmsnorm_gated = staticmethod(rmsnorm_gated)
-    l2norm = staticmethod(l2norm)
-    causal_conv = staticmethod(causal_conv)
-    deltanet_gates = staticmethod(deltanet_gates)
-    deltanet_scan = staticmethod(deltanet_scan)
-    deltanet_apply = staticmethod(deltanet_apply)
-    rope = staticmethod(rope)
-    attention_partial = staticmethod(attention_partial)
-    attention_merge = staticmethod(attention_merge)
-    add = staticmethod(add)
-    silu_mul = staticmethod(silu_mul)
-    sigmoid_mul = staticmethod(sigmoid_mul)
-    take_last = staticmethod(take_last)
-    sample = staticmethod(sample)
+    rmsnorm = staticmethod(norm.rmsnorm)
+    rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
+    l2norm = staticmethod(norm.l2norm)
+    causal_conv = staticmethod(conv.causal_conv)
+    deltanet_gates = staticmethod(deltanet.deltanet_gates)
+    deltanet_scan = staticmethod(deltanet.deltanet_scan)
+    deltanet_apply = staticmethod(deltanet.deltanet_apply)
+    rope = staticmethod(rotary.rope)
+    attention_partial = staticmethod(attention.attention_partial)
+    attention_merge = staticmethod(attention.attention_merge)
+    add = staticmethod(elementwise.add)
+    silu_mul = staticmethod(elementwise.silu_mul)
+    sigmoid_mul = staticmethod(elementwise.sigmoid_mul)
+    take_last = staticmethod(elementwise.take_last)
+    sample = staticmethod(sampling.sample)
 
     def zeros(self, shape):
         return np.zeros(shape, np.float32)
 
     def upload(self, array):
-        """A host array as this backend's array (NumPy: the array itself)."""
+        """A host array (or Linear) as this backend's (NumPy: the thing itself)."""
         return array
 
     def append_rows(self, buffer, length, rows):
@@ -71,10 +74,121 @@ class NumpyBackend:
         return np.asarray(array)
 
 
+class CudaBackend:
+    """The kernels, launched on one stream over numba device arrays."""
+
+    name = "cuda"
+
+    def __init__(self):
+        from numba import cuda
+        if not cuda.is_available():
+            raise BackendError("backend 'cuda': no usable CUDA GPU here (numba.cuda.is_available() is False); "
+                               "use backend 'numpy'")
+        self.cuda = cuda
+        self.stream = cuda.stream()
+
+    def _device(self, array):
+        return self.cuda.to_device(np.ascontiguousarray(array), stream=self.stream)
+
+    def upload(self, weight):
+        """Weights go to the device once: a Linear's arrays, or a plain array."""
+        if isinstance(weight, np.ndarray):
+            return self._device(weight)
+        parts = {f: self._device(getattr(weight, f)) for f in ("data", "scales", "biases")
+                 if getattr(weight, f) is not None}
+        return dataclasses.replace(weight, **parts)
+
+    def zeros(self, shape):
+        return self._device(np.zeros(shape, np.float32))
+
+    def to_host(self, array) -> np.ndarray:
+        return array.copy_to_host(stream=self.stream)
+
+    def linear(self, x, weight):
+        s = self.stream
+        if weight.kind == "f32":
+            return gemv.launch_gemv(gemv.gemv_f32_kernel, x, weight.out_features, weight.data, stream=s)
+        if weight.kind == "bf16":
+            return gemv.launch_gemv(gemv.gemv_bf16_kernel, x, weight.out_features, weight.data, stream=s)
+        return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
+                                weight.biases, weight.bits, weight.group_size, stream=s)
+
+    def embed(self, ids, weight):
+        kernels = {"f32": gemv.embed_f32_kernel, "bf16": gemv.embed_bf16_kernel, "affine": gemv.embed_affine_kernel}
+        args = (weight.data,) if weight.kind != "affine" else (weight.data, weight.scales, weight.biases,
+                                                                weight.bits, weight.group_size)
+        return gemv.launch_embed(kernels[weight.kind], self._device(np.asarray(ids, np.int32)), weight.in_features,
+                                 *args, stream=self.stream)
+
+    def rmsnorm(self, x, multiplier, eps):
+        return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream)
+
+    def rmsnorm_gated(self, x, z, multiplier, eps):
+        return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream)
+
+    def l2norm(self, x, eps, scale=1.0):
+        return norm.l2norm_launch(x, eps, scale, stream=self.stream)
+
+    def add(self, a, b):
+        return elementwise.launch_elementwise(elementwise.add_kernel, a, b, stream=self.stream)
+
+    def silu_mul(self, gate, up):
+        return elementwise.launch_elementwise(elementwise.silu_mul_kernel, gate, up, stream=self.stream)
+
+    def sigmoid_mul(self, x, gate):
+        return elementwise.launch_elementwise(elementwise.sigmoid_mul_kernel, x, gate, stream=self.stream)
+
+    def take_last(self, x, start, stop):
+        return elementwise.take_last_launch(x, start, stop, stream=self.stream)
+
+    def causal_conv(self, inputs, tail, weight):
+        return conv.causal_conv_launch(inputs, tail, weight, stream=self.stream)
+
+    def deltanet_gates(self, b, a, a_log, dt_bias):
+        return deltanet.deltanet_gates_launch(b, a, a_log, dt_bias, stream=self.stream)
+
+    def deltanet_scan(self, state, q, k, v, decay, beta):
+        return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, stream=self.stream)
+
+    def deltanet_apply(self, state, log, path):
+        return deltanet.deltanet_apply_launch(state, log, path, stream=self.stream)
+
+    def rope(self, x, positions, rotary_dim, theta):
+        return rotary.rope_launch(x, self._device(np.asarray(positions, np.int32)), rotary_dim, theta,
+                                stream=self.stream)
+
+    def attention_partial(self, q, keys, values, n_keys, scale):
+        return attention.attention_partial_launch(q, keys, values, self._device(np.asarray(n_keys, np.int32)),
+                                                  scale, stream=self.stream)
+
+    def attention_merge(self, m, l, o):
+        return attention.attention_merge_launch(m, l, o, stream=self.stream)
+
+    def append_rows(self, buffer, length, rows):
+        """Write device `rows` at `buffer[length:]`, growing the device buffer (doubling) when full."""
+        needed = length + rows.shape[0]
+        if needed > buffer.shape[0]:
+            grown = self.cuda.device_array((max(needed, 2 * buffer.shape[0]),) + tuple(buffer.shape)[1:],
+                                           np.float32, stream=self.stream)
+            if length:
+                grown[:length].copy_to_device(buffer[:length], stream=self.stream)
+            buffer = grown
+        buffer[length:needed].copy_to_device(rows, stream=self.stream)
+        return buffer
+
+    sample = staticmethod(sampling.sample)  # on the host row of logits the model hands over
+
+
+def simulated() -> bool:
+    """Whether numba's CUDA simulator stands in for the GPU in this process."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
 def make_backend(name: str):
     """The backend called `name`: "numpy", "cuda" or "auto" (the GPU when one is usable, else NumPy)."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name == "cuda":
-        raise BackendError("backend 'cuda': the CUDA kernels are not part of this version yet; use 'numpy'")
-    return NumpyBackend()
+    if name == "auto":
+        from numba import cuda
+        return CudaBackend() if cuda.is_available() and not simulated() else NumpyBackend()
+    return CudaBackend() if name == "cuda" else NumpyBackend()

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-FAMILIES = ("gemv", "rmsnorm", "elementwise")
+FAMILIES = ("gemv", "rmsnorm", "elementwise", "conv", "deltanet")
 
 
 @dataclasses.dataclass

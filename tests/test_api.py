@@ -53,8 +53,23 @@ def test_bad_requests_are_refused_by_name(model, kwargs, message):
 def test_backends():
     with pytest.raises(BackendError, match="unknown backend 'tpu'"):
         tensorfold.load(".", backend="tpu")
-    with pytest.raises(BackendError, match="cuda"):
-        tensorfold.load(".", backend="cuda")
+
+
+def test_cuda_backend_without_a_gpu_is_a_clear_error():
+    """Outside the simulator, backend "cuda" on a machine without a usable GPU names the problem."""
+    import os
+    import subprocess
+    import sys
+    script = ("from numba import cuda\n"
+              "from tensorfold.backend import make_backend\n"
+              "try:\n    print(make_backend('cuda').name, cuda.is_available())\n"
+              "except Exception as e:\n    print(type(e).__name__, e, cuda.is_available())\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True).stdout
+    if out.strip().endswith("False"):
+        assert out.startswith("BackendError backend 'cuda': no usable CUDA GPU here")
+    else:
+        assert out.startswith("cuda True")
 
 
 def test_cli_make_tiny_and_generate(tmp_path, capsys):

@@ -258,14 +258,14 @@ def train(args: argparse.Namespace) -> None:
         return total / count
 
     history: list[dict] = []
-    best = {"val_loss": float("inf"), "step": 0, "state": None}
+    best = {"val_loss": float("inf"), "step": 0, "tokens": 0, "seconds": 0.0, "state": None}
 
-    def record_eval(step: int, elapsed: float, train_loss: float | None) -> float:
+    def record_eval(step: int, tokens: int, elapsed: float, train_loss: float | None) -> float:
         v = evaluate()
         history.append({"step": step, "seconds": round(elapsed, 1), "train_loss": train_loss, "val_loss": v})
         mark = ""
         if v < best["val_loss"]:
-            best.update(val_loss=v, step=step, state={k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()})
+            best.update(val_loss=v, step=step, tokens=tokens, seconds=round(elapsed, 1), state={k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()})
             mark = " *"
         print(f"[eval] step {step} t {elapsed:.0f}s val_loss {v:.4f} ppl {math.exp(v):.1f}{mark}", flush=True)
         return v
@@ -307,10 +307,10 @@ def train(args: argparse.Namespace) -> None:
             )
             run_loss, run_n, tok_since_log, last_log = 0.0, 0, 0, now
         if time.time() - last_eval >= args.eval_seconds:
-            record_eval(step, time.time() - t0, last_train_loss)
+            record_eval(step, tokens, time.time() - t0, last_train_loss)
             last_eval = time.time()
     train_seconds = time.time() - t0
-    final_val = record_eval(step, train_seconds, last_train_loss)
+    final_val = record_eval(step, tokens, train_seconds, last_train_loss)
 
     model.load_state_dict(best["state"])
     model = model.to("cpu", dtype=torch.float32)
@@ -327,6 +327,8 @@ def train(args: argparse.Namespace) -> None:
         "val_play": meta.get("val_play"),
         "val_loss": best["val_loss"],
         "val_loss_step": best["step"],
+        "val_loss_tokens": best["tokens"],
+        "val_loss_seconds": best["seconds"],
         "val_loss_last": final_val,
         "train_loss_last": last_train_loss,
         "steps": step,

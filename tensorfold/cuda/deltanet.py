@@ -15,12 +15,19 @@ the scan's states bit for bit, which is how a stream keeps the rows of a window 
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the kernel): one thread per (value head h, column j): it holds column j of S in registers and walks i in
-order for both sums, so every sum has one fixed order.
+Mapping (the kernels): one thread per (value head h, column j): it holds column j of S (dk floats, in a local
+array) from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no
+thread ever reads another's column. The scan also writes the log: each row's delta column, and (spread over the
+head's threads) its decay and its key, the shared key head repeated for every value head that reads it. The apply
+gets the path as an int32 array of row indices and replays those rows of the log in order. The gates are
+elementwise: one thread per (row, value head).
 """
 import numpy as np
+from numba import cuda
 
-from .fmath import exp32, fma32, softplus32, sigmoid32
+from ..contract import KernelCheck
+from .common import BLOCK, blocks_for, to_host
+from .fmath import exp32, fma32, sigmoid32, softplus32
 
 
 def deltanet_gates(b, a, a_log, dt_bias):
@@ -73,3 +80,223 @@ def deltanet_apply(state, log, path):
     for r in path:
         state = _decay_and_write(state, decay[r], key[r], delta[r])
     return state
+
+
+# --- the kernels --------------------------------------------------------------------------------------------------
+# deltanet_gates: one thread per (row, value head), elementwise. The scan and the apply: one thread per (value head h,
+# column j) of a grid over [nv, dv]; the thread keeps column j of its head's state in `col` (a local array of MAX_DK
+# floats) from the first row to the last, and nothing else ever touches that column, so no thread waits for another.
+
+MAX_DK = 128  # the longest key head a scan or apply thread can hold (Qwen3.5: dk = 128)
+COLUMNS = 64  # threads per block of the scan and the apply (no reduction, so the bits do not depend on it)
+
+
+@cuda.jit
+def deltanet_gates_kernel(b, a, a_log, dt_bias, decay, beta):
+    i = cuda.grid(1)
+    heads = b.shape[1]
+    r, h = i // heads, i % heads
+    if r < b.shape[0]:
+        g = -exp32(a_log[h]) * softplus32(a[r, h] + dt_bias[h])
+        decay[r, h] = exp32(g)
+        beta[r, h] = sigmoid32(b[r, h])
+
+
+def deltanet_gates_launch(b, a, a_log, dt_bias, stream=0):
+    """b, a [rows, nv], a_log, dt_bias [nv] on the device; returns (decay, beta) [rows, nv]."""
+    decay = cuda.device_array(b.shape, np.float32, stream=stream)
+    beta = cuda.device_array(b.shape, np.float32, stream=stream)
+    deltanet_gates_kernel[blocks_for(b.size), BLOCK, stream](b, a, a_log, dt_bias, decay, beta)
+    return decay, beta
+
+
+@cuda.jit
+def deltanet_scan_kernel(state, q, k, v, decay, beta, out, new_state, log_decay, log_delta, log_key):
+    i = cuda.grid(1)
+    nv, dk, dv = state.shape[0], state.shape[1], state.shape[2]
+    h, j = i // dv, i % dv
+    g = h // (nv // q.shape[1])  # the query/key head that value head h reads
+    col = cuda.local.array(MAX_DK, np.float32)
+    if h < nv:
+        for n in range(dk):
+            col[n] = state[h, n, j]
+        for r in range(q.shape[0]):
+            a = decay[r, h]
+            read = np.float32(0)
+            for n in range(dk):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
+                col[n] = col[n] * a
+                read = fma32(col[n], k[r, g, n], read)
+            delta = (v[r, h, j] - read) * beta[r, h]
+            o = np.float32(0)
+            for n in range(dk):  # write, then output: o[j] = sum_i S[i, j] * q[i] from the updated column
+                col[n] = fma32(k[r, g, n], delta, col[n])
+                o = fma32(col[n], q[r, g, n], o)
+            out[r, h, j] = o
+            log_delta[r, h, j] = delta
+            if j == 0:
+                log_decay[r, h] = a
+            for n in range(j, dk, dv):  # the head's key, spread over the head's threads
+                log_key[r, h, n] = k[r, g, n]
+        for n in range(dk):
+            new_state[h, n, j] = col[n]
+
+
+def deltanet_scan_launch(state, q, k, v, decay, beta, in_place=False, stream=0):
+    """Run the rows from `state` [nv, dk, dv] on the device; returns (out, new state, (decay, delta, key)).
+
+    The new state is a new array, or `state` itself when `in_place` (each thread reads its column before it
+    writes it, and no other thread touches that column).
+    """
+    nv, dk, dv = state.shape
+    rows = q.shape[0]
+    assert dk <= MAX_DK, f"key heads of {dk} > MAX_DK = {MAX_DK}"
+    assert nv % q.shape[1] == 0, "value heads must be a multiple of key heads"
+    out = cuda.device_array((rows, nv, dv), np.float32, stream=stream)
+    new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
+    log = (cuda.device_array((rows, nv), np.float32, stream=stream),
+           cuda.device_array((rows, nv, dv), np.float32, stream=stream),
+           cuda.device_array((rows, nv, dk), np.float32, stream=stream))
+    deltanet_scan_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, q, k, v, decay, beta, out, new_state, *log)
+    return out, new_state, log
+
+
+@cuda.jit
+def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state):
+    i = cuda.grid(1)
+    nv, dk, dv = state.shape[0], state.shape[1], state.shape[2]
+    h, j = i // dv, i % dv
+    col = cuda.local.array(MAX_DK, np.float32)
+    if h < nv:
+        for n in range(dk):
+            col[n] = state[h, n, j]
+        for p in range(path.shape[0]):
+            r = path[p]
+            a = log_decay[r, h]
+            delta = log_delta[r, h, j]
+            for n in range(dk):  # decay, then write
+                col[n] = fma32(log_key[r, h, n], delta, col[n] * a)
+        for n in range(dk):
+            new_state[h, n, j] = col[n]
+
+
+def deltanet_apply_launch(state, log, path, in_place=False, stream=0):
+    """Replay the logged rows `path` (a host list of row indices, uploaded as int32) into `state` on the device."""
+    nv, dk, dv = state.shape
+    assert dk <= MAX_DK, f"key heads of {dk} > MAX_DK = {MAX_DK}"
+    rows = cuda.to_device(np.asarray(list(path), np.int32), stream=stream)
+    new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
+    deltanet_apply_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, *log, rows, new_state)
+    return new_state
+
+
+# --- the contract -------------------------------------------------------------------------------------------------
+
+def _heads(mode):
+    """(rows, nv, nk, dk, dv): tiny in the simulator; 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv on GPU."""
+    if mode == "sim":
+        return [(3, 4, 2, 8, 6), (1, 2, 2, 5, 3), (4, 2, 1, 3, 7)]
+    return [(1, 16, 16, 128, 128), (4, 16, 16, 128, 128), (16, 16, 16, 128, 128), (64, 16, 16, 128, 128),
+            (16, 32, 16, 128, 128), (5, 16, 16, 128, 100), (7, 6, 2, 96, 37)]
+
+
+def _gate_inputs(rng, rows, nv):
+    return {"b": rng.normal(size=(rows, nv)).astype(np.float32),
+            "a": (rng.normal(size=(rows, nv)) * 4).astype(np.float32),
+            "a_log": rng.normal(size=nv).astype(np.float32), "dt_bias": rng.normal(size=nv).astype(np.float32)}
+
+
+def _gate_cases(mode, rng):
+    shapes = [(3, 4), (1, 5)] if mode == "sim" else [(1, 16), (16, 16), (128, 16), (64, 32), (7, 33)]
+    return [(f"{rows}x{nv}", _gate_inputs(rng, rows, nv)) for rows, nv in shapes]
+
+
+def _scan_cases(mode, rng):
+    from .rmsnorm import l2norm
+    cases = []
+    for rows, nv, nk, dk, dv in _heads(mode):
+        decay, beta = deltanet_gates(**_gate_inputs(rng, rows, nv))
+        cases.append((f"{rows} rows, {nv}/{nk} heads, {dk}x{dv}", {
+            "state": (rng.normal(size=(nv, dk, dv)) * 0.1).astype(np.float32),
+            "q": l2norm(rng.normal(size=(rows, nk, dk)).astype(np.float32), 1e-6, scale=dk ** -0.5),
+            "k": l2norm(rng.normal(size=(rows, nk, dk)).astype(np.float32), 1e-6),
+            "v": rng.normal(size=(rows, nv, dv)).astype(np.float32), "decay": decay, "beta": beta}))
+    return cases
+
+
+def _apply_cases(mode, rng):
+    """A scan's log replayed along every row, and along a path that skips a row (a window's accepted rows)."""
+    cases = []
+    for label, inputs in _scan_cases(mode, rng):
+        _, _, (decay, delta, key) = deltanet_scan(**inputs)
+        rows = len(decay)
+        paths = [list(range(rows))] + ([[r for r in range(rows) if r != rows // 2]] if rows > 2 else [])
+        cases.extend((f"{label}, path {path}" if mode == "sim" else f"{label}, path of {len(path)}",
+                      {"state": inputs["state"], "decay": decay, "delta": delta, "key": key, "path": path})
+                     for path in paths)
+    return cases
+
+
+def _rows_swapped(*names):
+    """Planted: rows 0 and 1 of every named input swapped together (None with one row)."""
+    def plant(inputs):
+        if len(inputs[names[0]]) < 2:
+            return None
+        return {**inputs, **{n: inputs[n][[1, 0] + list(range(2, len(inputs[n])))] for n in names}}
+    return plant
+
+
+def _row_dropped(*names):
+    """Planted: the last row of every named input removed together (None with one row)."""
+    def plant(inputs):
+        if len(inputs[names[0]]) < 2:
+            return None
+        return {**inputs, **{n: inputs[n][:-1] for n in names}}
+    return plant
+
+
+def _path_swapped(inputs):
+    path = list(inputs["path"])
+    return None if len(path) < 2 else {**inputs, "path": [path[1], path[0]] + path[2:]}
+
+
+def _path_dropped(inputs):
+    path = list(inputs["path"])
+    return None if len(path) < 2 else {**inputs, "path": path[:len(path) // 2] + path[len(path) // 2 + 1:]}
+
+
+def _dev(*arrays):
+    return [cuda.to_device(np.ascontiguousarray(a)) for a in arrays]
+
+
+def _launch_gates(b, a, a_log, dt_bias):
+    return to_host(deltanet_gates_launch(*_dev(b, a, a_log, dt_bias)))
+
+
+def _twin_scan(state, q, k, v, decay, beta):
+    out, new_state, log = deltanet_scan(state, q, k, v, decay, beta)
+    return (out, new_state, *log)  # flat, for the byte comparison
+
+
+def _launch_scan(state, q, k, v, decay, beta):
+    out, new_state, log = deltanet_scan_launch(*_dev(state, q, k, v, decay, beta))
+    return to_host((out, new_state, *log))
+
+
+def _twin_apply(state, decay, delta, key, path):
+    return deltanet_apply(state, (decay, delta, key), path)
+
+
+def _launch_apply(state, decay, delta, key, path):
+    state, *log = _dev(state, decay, delta, key)
+    return to_host(deltanet_apply_launch(state, tuple(log), path))
+
+
+_SCAN_ROWS = ("q", "k", "v", "decay", "beta")
+CONTRACT = [
+    KernelCheck("deltanet_gates", deltanet_gates, _launch_gates, _gate_cases,
+                {"two swapped rows": _rows_swapped("b", "a")}),
+    KernelCheck("deltanet_scan", _twin_scan, _launch_scan, _scan_cases,
+                {"two swapped rows": _rows_swapped(*_SCAN_ROWS), "a dropped row": _row_dropped(*_SCAN_ROWS)}),
+    KernelCheck("deltanet_apply", _twin_apply, _launch_apply, _apply_cases,
+                {"a dropped row": _path_dropped, "two swapped rows": _path_swapped}),
+]

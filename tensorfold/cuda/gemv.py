@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
-from .common import drop_row, swap_rows, to_host
+from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
 from .fmath import fma32, tree_sum
 
 THREADS = 128  # threads per block: the column stride and the width of the reduction tree
@@ -178,6 +178,44 @@ def launch_gemv(kernel, x, out_features, *weight_args, stream=0):
     return y
 
 
+# --- embedding rows: the lookup of token ids, dequantized like the GEMV's weights -----------------------------------
+# Twins: `weight[ids]`, `bf16_to_f32(bits[ids])`, `affine_rows(..., ids)`. Kernel mapping: one thread per
+# (row, column) of the output.
+
+@cuda.jit
+def embed_f32_kernel(ids, weight, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        r, k = i // out.shape[1], i % out.shape[1]
+        out[r, k] = weight[ids[r], k]
+
+
+@cuda.jit
+def embed_bf16_kernel(ids, weight_bits, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        r, k = i // out.shape[1], i % out.shape[1]
+        out[r, k] = bf16_bits_to_f32(weight_bits[ids[r], k])
+
+
+@cuda.jit
+def embed_affine_kernel(ids, packed, scales, biases, bits, group_size, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        r, k = i // out.shape[1], i % out.shape[1]
+        per_word = 32 // bits
+        code = (packed[ids[r], k // per_word] >> np.uint32(bits * (k % per_word))) & np.uint32((1 << bits) - 1)
+        g = k // group_size
+        out[r, k] = fma32(scales[ids[r], g], np.float32(code), biases[ids[r], g])
+
+
+def launch_embed(kernel, ids, in_features, *weight_args, stream=0):
+    """Launch an embedding kernel for device int32 `ids`; returns float32 [len(ids), in_features]."""
+    out = cuda.device_array((ids.shape[0], in_features), np.float32, stream=stream)
+    kernel[blocks_for(out.size), BLOCK, stream](ids, *weight_args, out)
+    return out
+
+
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _cases(mode, rng):
@@ -237,3 +275,30 @@ CONTRACT = [
     KernelCheck("gemv_affine8", gemv_affine, _launch_affine, _quantized_cases(8),
                 {**_ROW_CONTROLS, "a wrong group index": _wrong_group}),
 ]
+
+
+def _embed_cases(mode, rng):
+    from ..model.writer import quantize_affine
+    vocab, width, rows = (40, 128, 5) if mode == "sim" else (248320, 1024, 128)
+    weight = rng.normal(size=(vocab, width)).astype(np.float32)
+    packed, scales, biases = quantize_affine(weight, 4, 64)
+    ids = rng.integers(0, vocab, rows).astype(np.int32)
+    return [(f"{rows} ids of {vocab}x{width}", {"ids": ids, "weight": weight, "packed": packed,
+                                                "scales": bf16_to_f32(scales), "biases": bf16_to_f32(biases)})]
+
+
+def _embed_twin(ids, weight, packed, scales, biases):
+    return weight[ids], bf16_to_f32(f32_to_bf16(weight)[ids]), affine_rows(packed, scales, biases, 4, 64, ids)
+
+
+def _embed_launch(ids, weight, packed, scales, biases):
+    d_ids, width = cuda.to_device(ids), weight.shape[1]
+    return (to_host(launch_embed(embed_f32_kernel, d_ids, width, cuda.to_device(weight))),
+            to_host(launch_embed(embed_bf16_kernel, d_ids, width, cuda.to_device(f32_to_bf16(weight)))),
+            to_host(launch_embed(embed_affine_kernel, d_ids, width, cuda.to_device(packed), cuda.to_device(scales),
+                                 cuda.to_device(biases), 4, 64)))
+
+
+CONTRACT.append(KernelCheck("embed (f32, bf16, affine4)", _embed_twin, _embed_launch, _embed_cases,
+                            {"two swapped ids": swap_rows("ids"), "id off by one": lambda i: {**i, "ids": (i["ids"] + 1) % len(i["weight"])},
+                             "a wrong group index": _wrong_group}))
