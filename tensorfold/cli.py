@@ -1,4 +1,4 @@
-"""The `tensorfold` command: `generate` and `make-tiny` (and `tensorfold-serve`, the server's own entry point)."""
+"""The `tensorfold` command: `generate`, `make-tiny`, `contract` (and `tensorfold-serve`, the server's entry point)."""
 import argparse
 import os
 import sys
@@ -48,6 +48,22 @@ def cmd_make_tiny(args) -> None:
           f"to {args.out}")
 
 
+def cmd_contract(args) -> int:
+    if not args.gpu:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # read once, when numba.cuda is first imported (just below)
+    from numba import cuda
+
+    if args.gpu and (os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not cuda.is_available()):
+        raise TensorfoldError("--gpu: no usable CUDA GPU here (or NUMBA_ENABLE_CUDASIM=1 is set)")
+    from .contract import run_contract
+
+    mode = "gpu" if args.gpu else "sim"
+    where = cuda.get_current_device().name if args.gpu else "numba's CUDA simulator"
+    print(f"# kernel contract, {mode} shapes, on {where}", flush=True)
+    results = run_contract(mode, only=args.only, echo=lambda line: print(line, flush=True))
+    return 0 if results and all(r.passed and not r.missed_controls for r in results) else 1
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tensorfold", description="Qwen3.5 inference, twin by twin.")
     commands = top.add_subparsers(dest="command", required=True)
@@ -71,19 +87,23 @@ def parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--format", default="hf", choices=("hf", "mlx4", "mlx8"))
     tiny.set_defaults(run=cmd_make_tiny)
+
+    contract = commands.add_parser("contract", help="check every kernel against its twin, with planted controls")
+    contract.add_argument("--gpu", action="store_true", help="on the GPU at real shapes (default: the simulator)")
+    contract.add_argument("--only", help="only the kernels whose name contains this")
+    contract.set_defaults(run=cmd_contract)
     return top
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.run(args)
+        return args.run(args) or 0
     except TensorfoldError as e:
         print(f"tensorfold: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 def serve_main(argv=None) -> int:

@@ -14,8 +14,30 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a real GPU; runs only with --gpu (skipped, with its reason, without)")
     if not config.getoption("--gpu"):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        return
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        raise pytest.UsageError("--gpu with NUMBA_ENABLE_CUDASIM=1: the kernels would run in the simulator")
+    from numba import cuda
+    if not cuda.is_available():
+        raise pytest.UsageError("--gpu: no usable CUDA GPU here (numba.cuda.is_available() is False)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--gpu"):
+        return
+    skip = pytest.mark.skip(reason="needs a real GPU: run with --gpu")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def on_gpu(request):
+    """True under --gpu (kernels on the GPU at real shapes), False in the simulator (tiny shapes)."""
+    return request.config.getoption("--gpu")
 
 
 L, F = "linear_attention", "full_attention"

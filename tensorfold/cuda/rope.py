@@ -1,34 +1,116 @@
 """Rotary position embedding, partial and rotate-half (NeoX pairing), as Qwen3.5 applies it to queries and keys.
 
 For a head vector x and rotary dim R (only dims [0, R) rotate), pair j < R/2 rotates (x[j], x[j + R/2]) by the
-angle `position * theta ** (-2j / R)`.
+angle `position * theta ** (-2j / R)`:
 
-Numerics: angles, cosines and sines are computed in float64 and rounded to float32 (the table a kernel would read);
-each rotated value `x * cos - y * sin` is evaluated in float64 from float32 operands (the products are exact) and
-rounded once, so NumPy and the GPU round it alike.
+    x'[j]         = x[j] cos - x[j + R/2] sin
+    x'[j + R/2]   = x[j + R/2] cos + x[j] sin
 
-Mapping (the kernel): one thread per (row, head, pair j).
+Numerics: the inverse frequency, the angle, its cosine and its sine are computed in float64 and the cosine and
+sine rounded to float32 (`rope_cos_sin`, the table a kernel would read); each rotated value is evaluated in float64
+from float32 operands (the products are exact) and rounded once (`rotate32`), so NumPy and the GPU round it alike.
+Both are device functions: the twin calls their `py_func` on arrays, the kernel calls them on one pair.
+
+The float64 `**`, `cos` and `sin` come from NumPy on the host and from libdevice on the GPU, which may differ in
+the last float64 ulp. Rounded to float32 they still agree unless a float64 value falls within that ulp of a
+float32 rounding boundary: a chance of about 1e-8 per value for the cosine and sine. The inverse frequency is
+multiplied by the position before that rounding, so an ulp there would weigh more; `theta ** (2j / R)` for the
+released settings (theta 1e7, R 64) was checked to give the same float64 on both sides.
+
+Mapping (the kernel): one thread per (row, head, pair j). It computes the pair's cos and sin from the row's
+position and j (no table is uploaded), rotates its two elements, and copies the pass-through dims
+R + j, R + j + R/2, ... of its head.
 """
 import numpy as np
+from numba import cuda
+
+from ..contract import KernelCheck
+from .common import BLOCK, blocks_for, swap_rows, to_host
+
+
+@cuda.jit(device=True)
+def rope_cos_sin(position, j, rotary_dim, theta):
+    """cos and sin of pair j's angle at `position`, evaluated in float64 and rounded to float32."""
+    inv_freq = 1.0 / np.float64(theta) ** (np.float64(j) * 2.0 / rotary_dim)
+    angle = np.float64(position) * inv_freq
+    return np.float32(np.cos(angle)), np.float32(np.sin(angle))
+
+
+@cuda.jit(device=True)
+def rotate32(a, cos, b, sin):
+    """a * cos + b * sin evaluated in float64 from float32 operands (exact products), rounded once to float32."""
+    return np.float32(np.float64(a) * np.float64(cos) + np.float64(b) * np.float64(sin))
 
 
 def rope_table(positions, rotary_dim, theta):
     """cos and sin, float32 [len(positions), rotary_dim / 2]."""
-    half = rotary_dim // 2
-    inv_freq = 1.0 / (np.float64(theta) ** (np.arange(half, dtype=np.float64) * 2.0 / rotary_dim))
-    angles = np.asarray(positions, np.float64)[:, None] * inv_freq[None, :]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    positions = np.asarray(positions)
+    return rope_cos_sin.py_func(positions[:, None], np.arange(rotary_dim // 2)[None, :], rotary_dim, theta)
 
 
 def rope(x, positions, rotary_dim, theta):
     """x [rows, heads, head_dim] rotated at each row's position; dims >= rotary_dim pass through."""
     cos, sin = rope_table(positions, rotary_dim, theta)
-    cos = cos[:, None, :].astype(np.float64)
-    sin = sin[:, None, :].astype(np.float64)
+    cos, sin = cos[:, None, :], sin[:, None, :]
     half = rotary_dim // 2
-    first = x[:, :, :half].astype(np.float64)
-    second = x[:, :, half:rotary_dim].astype(np.float64)
-    out = np.array(x, np.float32, copy=True)
-    out[:, :, :half] = first * cos - second * sin
-    out[:, :, half:rotary_dim] = second * cos + first * sin
+    first, second = x[:, :, :half], x[:, :, half:rotary_dim]
+    out = np.array(x, np.float32, copy=True)  # dims >= rotary_dim pass through
+    out[:, :, :half] = rotate32.py_func(first, cos, second, -sin)
+    out[:, :, half:rotary_dim] = rotate32.py_func(second, cos, first, sin)
     return out
+
+
+# --- the kernels --------------------------------------------------------------------------------------------------
+# Thread i owns pair j of head h of row r, with i = (r * heads + h) * (R / 2) + j.
+
+@cuda.jit
+def rope_kernel(x, positions, rotary_dim, theta, y):
+    i = cuda.grid(1)
+    half = rotary_dim // 2
+    heads, head_dim = x.shape[1], x.shape[2]
+    if i < x.shape[0] * heads * half:
+        r, h, j = i // (heads * half), (i // half) % heads, i % half
+        cos, sin = rope_cos_sin(positions[r], j, rotary_dim, theta)
+        first, second = x[r, h, j], x[r, h, j + half]
+        y[r, h, j] = rotate32(first, cos, second, -sin)
+        y[r, h, j + half] = rotate32(second, cos, first, sin)
+        for k in range(rotary_dim + j, head_dim, half):  # this thread's share of the pass-through dims
+            y[r, h, k] = x[r, h, k]
+
+
+def rope_launch(x, positions, rotary_dim, theta, stream=0):
+    """x [rows, heads, head_dim] and positions [rows] (int) on the device; returns the rotated copy."""
+    y = cuda.device_array(tuple(x.shape), np.float32, stream=stream)
+    threads = x.shape[0] * x.shape[1] * (rotary_dim // 2)
+    rope_kernel[blocks_for(threads), BLOCK, stream](x, positions, rotary_dim, theta, y)
+    return y
+
+
+# --- the contract -------------------------------------------------------------------------------------------------
+
+def _cases(mode, rng):
+    """(rows, heads, head_dim, rotary_dim, theta): queries and keys of the released models, plus odd sizes."""
+    if mode == "sim":
+        shapes = [(3, 2, 16, 8, 1e7), (2, 1, 8, 8, 1e4)]
+    else:
+        shapes = [(1, 8, 256, 64, 1e7), (16, 2, 256, 64, 1e7), (128, 8, 256, 64, 1e7), (128, 16, 256, 64, 1e7),
+                  (17, 4, 256, 64, 1e7), (300, 4, 32, 8, 1e7), (33, 3, 128, 128, 1e4)]
+    cases = []
+    for rows, heads, head_dim, rotary_dim, theta in shapes:
+        positions = rng.integers(0, 262144, rows)
+        positions[:min(rows, 3)] = [0, 1, 4095][:min(rows, 3)]  # the first positions of a stream, and a long one
+        cases.append((f"{rows}x{heads}x{head_dim}/R{rotary_dim}",
+                      {"x": rng.normal(size=(rows, heads, head_dim)).astype(np.float32), "positions": positions,
+                       "rotary_dim": rotary_dim, "theta": theta}))
+    return cases
+
+
+def _launch(x, positions, rotary_dim, theta):
+    return to_host(rope_launch(cuda.to_device(x), cuda.to_device(np.asarray(positions, np.int32)), rotary_dim, theta))
+
+
+CONTRACT = [
+    KernelCheck("rope", rope, _launch, _cases,
+                {"off-by-one position": lambda i: {**i, "positions": i["positions"] + 1},
+                 "two swapped rows": swap_rows("x")}),
+]
