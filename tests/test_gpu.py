@@ -1,0 +1,50 @@
+"""End to end on the GPU: the model on the `cuda` backend gives the same logits bytes as on `numpy`.
+
+Runs only with `pytest --gpu` (the simulator is far too slow for whole models; CI checks each kernel against its
+twin under the simulator instead, in test_contract.py).
+"""
+import numpy as np
+import pytest
+
+import tensorfold
+
+pytestmark = pytest.mark.gpu
+
+
+def stepwise(model, ids, chunks):
+    state, out, start = model.net.new_state(), [], 0
+    for size in chunks:
+        out.append(model.backend.to_host(model.net.forward(ids[start:start + size], state)))
+        start += size
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("name", ["gqa", "tied", "wide"])
+def test_tiny_checkpoints_cuda_equals_numpy(checkpoints, name):
+    cpu = tensorfold.load(checkpoints[name], backend="numpy")
+    gpu = tensorfold.load(checkpoints[name], backend="cuda")
+    ids = np.random.default_rng(2).integers(0, cpu.config.vocab_size, 300)
+    expected = cpu.logits(ids)
+    assert gpu.logits(ids).tobytes() == expected.tobytes()
+    assert stepwise(gpu, ids, [130, 1, 1, 168]).tobytes() == expected.tobytes()
+
+
+def test_embedded_model_cuda_equals_numpy():
+    from tensorfold.cli import DEFAULT_MODEL
+    cpu = tensorfold.load(DEFAULT_MODEL, backend="numpy")
+    gpu = tensorfold.load(DEFAULT_MODEL, backend="cuda")
+    ids = cpu.tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\n")
+    assert gpu.logits(ids).tobytes() == cpu.logits(ids).tobytes()
+    assert gpu.generate(ids, 24, temperature=0.8, seed=3) == cpu.generate(ids, 24, temperature=0.8, seed=3)
+
+
+def test_qwen35_08b_shapes_in_mlx4_cuda_equals_numpy(tmp_path_factory):
+    """A random checkpoint with Qwen3.5-0.8B's exact config in MLX 4-bit, written on this machine."""
+    from tensorfold.model.presets import preset
+    from tensorfold.model.tiny import make_tiny
+    folder = tmp_path_factory.mktemp("qwen35-0.8b-mlx4")
+    make_tiny(folder, seed=0, fmt="mlx4", config=preset("0.8B"))
+    cpu = tensorfold.load(str(folder), backend="numpy")
+    gpu = tensorfold.load(str(folder), backend="cuda")
+    ids = np.random.default_rng(3).integers(0, 248000, 9)
+    assert gpu.logits(ids).tobytes() == cpu.logits(ids).tobytes()
