@@ -32,7 +32,7 @@ import tensorfold
 from tensorfold.cuda.attention import attention_merge, attention_partial
 from tensorfold.cuda.conv import causal_conv
 from tensorfold.cuda.deltanet import deltanet_gates, deltanet_scan
-from tensorfold.cuda.fmath import sigmoid32, silu32
+from tensorfold.cuda.elementwise import sigmoid_mul, silu_mul
 from tensorfold.cuda.gemv import bf16_to_f32, gemv_bf16
 from tensorfold.cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
 from tensorfold.cuda.rope import rope
@@ -154,7 +154,7 @@ def attention_layer(x, i):
     show("partial o", o)
     out = attention_merge(m, l, o).reshape(rows, heads * hd)
     show("merged", out)
-    return linear(out * sigmoid32(gate), p + "o_proj.weight")
+    return linear(sigmoid_mul(out, gate), p + "o_proj.weight")
 
 
 # %%
@@ -167,7 +167,7 @@ def mlp(x, p):
     gate = linear(x, p + "gate_proj.weight")
     up = linear(x, p + "up_proj.weight")
     show("gate, up", gate)
-    return linear(silu32(gate) * up, p + "down_proj.weight")
+    return linear(silu_mul(gate, up), p + "down_proj.weight")
 
 
 # %%

@@ -1,0 +1,108 @@
+"""
+GEMV over a round's rows, and the norms: one reduction order for every row
+===========================================================================
+
+Most of a decode step is GEMV: every weight matrix is read once and multiplied with the few rows of the round.
+This tutorial reads the twin and the kernel of ``tensorfold/cuda/gemv.py`` side by side, runs the kernel under
+numba's CUDA simulator, and shows why its result does not depend on how many rows run together.
+
+You will learn about:
+
+* the mapping: one block per output, THREADS threads walking the columns with a stride, one accumulator per row,
+  then a fixed shared-memory tree;
+* how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), never materialised;
+* ``fma32``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the same way;
+* the same pattern in RMSNorm (``tensorfold/cuda/rmsnorm.py``).
+
+Run it with ``python tutorials/02_gemv.py`` (no GPU needed: it uses the simulator unless one is present).
+"""
+
+# %%
+# The simulator must be chosen before numba.cuda is first imported.
+import inspect
+import os
+import sys
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import numpy as np  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from tensorfold.cuda import gemv, rmsnorm  # noqa: E402
+from tensorfold.cuda.fmath import fma32, tree_sum  # noqa: E402
+from tensorfold.model.writer import quantize_affine  # noqa: E402
+
+
+def check(ok, message):
+    if not ok:
+        sys.exit(f"CHECK FAILED: {message}")
+    print(f"ok: {message}")
+
+
+# %%
+# The exact multiply-add
+# ----------------------
+# The GPU compiler fuses ``acc + w * x`` into one FMA (one rounding); NumPy rounds twice. ``fma32`` computes in
+# float64, where the product of two float32 values is exact, and rounds once: the same bits everywhere.
+print(inspect.getsource(fma32.py_func))
+w, x, acc = np.float32(1.1), np.float32(3.3), np.float32(-3.63)
+print(f"two roundings: {w * x + acc!r}, one rounding: {fma32.py_func(w, x, acc)!r}")
+
+# %%
+# The twin and the kernel
+# -----------------------
+# In the twin, one step of the loop over `start` is one step of every thread's strided walk, vectorised over
+# (row, output, thread); `tree_sum` is the kernel's halving tree. Read them side by side:
+print(inspect.getsource(gemv.gemv))
+print(inspect.getsource(tree_sum))
+print(inspect.getsource(gemv.gemv_f32_kernel.py_func))
+print(inspect.getsource(gemv.block_tree_sum.py_func))
+
+# %%
+# Run the kernel (simulated) and compare bits
+# -------------------------------------------
+rng = np.random.default_rng(0)
+rows, outputs, columns = 3, 4, 200  # 200 is not a multiple of THREADS: the last step leaves threads idle
+x = rng.normal(size=(rows, columns)).astype(np.float32)
+weight = rng.normal(size=(outputs, columns)).astype(np.float32)
+twin = gemv.gemv_f32(x, weight)
+kernel = gemv.launch_gemv(gemv.gemv_f32_kernel, cuda.to_device(x), outputs, cuda.to_device(weight)).copy_to_host()
+check(twin.tobytes() == kernel.tobytes(), "GEMV kernel == twin, bit for bit")
+check(np.allclose(twin, x.astype(np.float64) @ weight.T, rtol=1e-5, atol=1e-4), "and close to float64 math")
+
+# %%
+# Rows do not change each other
+# -----------------------------
+# Each output's order of additions depends only on the number of columns and THREADS. A prompt of many rows
+# and the same rows one by one give the same bits, which is what lets a prompt pass equal one-row steps.
+alone = np.concatenate([gemv.gemv_f32(x[r:r + 1], weight) for r in range(rows)])
+check(alone.tobytes() == twin.tobytes(), "rows computed together == rows computed alone")
+blas = (x @ weight.T).astype(np.float32)
+print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != twin)} of {twin.size} outputs)")
+
+# %%
+# 4-bit weights, dequantized in the loop
+# --------------------------------------
+# MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
+# columns. The kernel reads a code, scales it with `fma32(scale, code, bias)` and uses it at once.
+columns = 128
+x = rng.normal(size=(rows, columns)).astype(np.float32)
+packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)
+scales, biases = gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits)
+print(f"packed weights {packed.shape} {packed.dtype}, scales {scales.shape}")
+twin = gemv.gemv_affine(x, packed, scales, biases, 4, 64)
+kernel = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x), outputs, cuda.to_device(packed),
+                          cuda.to_device(scales), cuda.to_device(biases), 4, 64).copy_to_host()
+check(twin.tobytes() == kernel.tobytes(), "4-bit GEMV kernel == twin, bit for bit")
+
+# %%
+# The same pattern in RMSNorm
+# ---------------------------
+# One block per vector; strided sums of squares with fma32, the same halving tree, then each thread scales its
+# own elements by the multiplier (1 + w for Qwen3.5's centred norms, folded in at load time).
+print(inspect.getsource(rmsnorm.block_inverse_rms.py_func))
+x = rng.normal(size=(2, 3, 40)).astype(np.float32)
+multiplier = (1 + 0.3 * rng.normal(size=40)).astype(np.float32)
+twin = rmsnorm.rmsnorm(x, multiplier, 1e-6)
+kernel = rmsnorm.rmsnorm_launch(cuda.to_device(x), cuda.to_device(multiplier), 1e-6).copy_to_host()
+check(twin.tobytes() == kernel.tobytes(), "RMSNorm kernel == twin, bit for bit")
