@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-FAMILIES = ("gemv", "rmsnorm", "elementwise", "conv", "deltanet")
+FAMILIES = ("fmath", "gemv", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention")
 
 
 @dataclasses.dataclass

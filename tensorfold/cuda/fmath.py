@@ -16,6 +16,9 @@ on NumPy arrays: the twins call `fn.py_func`, the kernels call `fn`. Nothing els
 import numpy as np
 from numba import cuda
 
+from ..contract import KernelCheck
+from .common import BLOCK, blocks_for
+
 
 @cuda.jit(device=True)
 def fma32(a, b, c):
@@ -74,3 +77,52 @@ def block_dot(a, b, threads):
         live = min(threads, width - start)
         partial[..., :live] = fma32.py_func(a[..., start:start + live], b[..., start:start + live], partial[..., :live])
     return tree_sum(partial)
+
+
+# --- the contract: every device function above, over the inputs the model can feed it ------------------------------
+# One thread per input value; the twin is the same functions' py_func on the whole array.
+
+@cuda.jit
+def transcendentals_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[0, i] = exp32(x[i])
+        out[1, i] = sigmoid32(x[i])
+        out[2, i] = silu32(x[i])
+        out[3, i] = softplus32(x[i])
+        out[4, i] = fma32(x[i], x[i], np.float32(0.5))
+
+
+def transcendentals(x):
+    with np.errstate(over="ignore"):  # exp(89) and 3.4e38**2 overflow to inf, as on the GPU
+            return np.stack([exp32.py_func(x), sigmoid32.py_func(x), silu32.py_func(x), softplus32.py_func(x),
+                         fma32.py_func(x, x, np.float32(0.5))])
+
+
+def _sweep(mode, rng):
+    """Dense sweeps where activations and gates live, random values over the whole finite range, and the edges."""
+    if mode == "sim":
+        dense = np.linspace(-30, 30, 301, dtype=np.float32)
+        spread = rng.normal(scale=20, size=200).astype(np.float32)
+    else:
+        dense = np.linspace(-90, 90, 1 << 24, dtype=np.float32)  # exp overflows float32 past 88.7
+        bits = rng.integers(0, 1 << 32, 1 << 22, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        spread = bits[np.isfinite(bits)]
+    edges = np.array([0.0, -0.0, 1e-45, -1e-45, 88.72, -103.9, 20.0, 3.4e38, -3.4e38], np.float32)
+    return [("sweep", {"x": np.concatenate([dense, spread, edges])})]
+
+
+def _launch(x):
+    out = cuda.device_array((5, x.size), np.float32)
+    with np.errstate(over="ignore"):  # the simulator evaluates the kernel with NumPy scalars
+        transcendentals_kernel[blocks_for(x.size), BLOCK](cuda.to_device(x), out)
+    return out.copy_to_host()
+
+
+def _one_ulp_up(inputs):
+    """Planted: every input nudged by one ulp, as a float32 (instead of float64) evaluation would."""
+    return {"x": np.nextafter(inputs["x"], np.float32(np.inf))}
+
+
+CONTRACT = [KernelCheck("exp32, sigmoid32, silu32, softplus32, fma32", transcendentals, _launch, _sweep,
+                        {"inputs one ulp up": _one_ulp_up})]
