@@ -27,13 +27,13 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, to_host
-from .fmath import exp32, fma32, sigmoid32, softplus32
+from .fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
 
 
 def deltanet_gates(b, a, a_log, dt_bias):
     """Per row and value head: (decay = exp(-exp(A_log) * softplus(a + dt_bias)), beta = sigmoid(b)), float32."""
-    g = (-exp32.py_func(a_log) * softplus32.py_func(np.asarray(a, np.float32) + dt_bias)).astype(np.float32)
-    return exp32.py_func(g), sigmoid32.py_func(b)
+    g = (-exp32_twin(a_log) * softplus32_twin(np.asarray(a, np.float32) + dt_bias)).astype(np.float32)
+    return exp32_twin(g), sigmoid32_twin(b)
 
 
 def _column_sum(state, vec):

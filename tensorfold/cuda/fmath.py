@@ -10,9 +10,12 @@ Two things break bit-equality between a NumPy twin and a CUDA kernel:
   the rounded values agree except where a float64 result sits within an ulp of a float32 rounding boundary (the
   kernel tests measure how often: never, over the inputs the model produces).
 
-Each function is a CUDA device function whose body uses only NumPy casts and ufuncs, so the same body also runs
-on NumPy arrays: the twins call `fn.py_func`, the kernels call `fn`. Nothing else here touches `cuda.*`.
+Kernels call the device functions; twins call `fma32.py_func` (its body is plain casts and arithmetic, so it
+runs on arrays) and the `*_twin` array versions of the transcendentals, which evaluate the same float64
+expressions with NumPy. The contract sweeps every pair over the inputs the model can produce.
 """
+import math
+
 import numpy as np
 from numba import cuda
 
@@ -22,26 +25,53 @@ from .common import BLOCK, blocks_for
 
 @cuda.jit(device=True)
 def fma32(a, b, c):
-    """a * b + c with one rounding to float32."""
+    """a * b + c with one rounding to float32 (its body runs on NumPy arrays too: twins call fma32.py_func)."""
     return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
 
 
 @cuda.jit(device=True)
+def sqrt32(x):
+    """sqrt(x) rounded to float32: the float64 root rounded once more equals the float32 root (float64 has more
+    than twice float32's precision), so this matches np.sqrt on float32 arrays (the twins use that) and works in
+    the simulator too."""
+    return np.float32(math.sqrt(np.float64(x)))
+
+
+# numba-cuda compiles `math` functions but not NumPy ufuncs inside kernels, so each transcendental comes as a pair:
+# the device function (scalars, `math`) and its twin (arrays, NumPy), evaluating the same float64 expression.
+# Arguments of exp are capped at EXP_CAP: exp(700) already rounds to float32 inf (or its reciprocal to 0), and
+# the cap keeps Python's math.exp (the simulator) from raising OverflowError where the GPU returns inf.
+EXP_CAP = 700.0
+
+@cuda.jit(device=True)
 def exp32(x):
     """exp(x) evaluated in float64, rounded to float32."""
-    return np.float32(np.exp(np.float64(x)))
+    return np.float32(math.exp(min(np.float64(x), EXP_CAP)))
+
+
+def exp32_twin(x):
+    return np.exp(np.minimum(np.asarray(x, np.float64), EXP_CAP)).astype(np.float32)
 
 
 @cuda.jit(device=True)
 def sigmoid32(x):
     """1 / (1 + exp(-x)) evaluated in float64, rounded to float32."""
-    return np.float32(1.0 / (1.0 + np.exp(-np.float64(x))))
+    return np.float32(1.0 / (1.0 + math.exp(min(-np.float64(x), EXP_CAP))))
+
+
+def sigmoid32_twin(x):
+    return (1.0 / (1.0 + np.exp(np.minimum(-np.asarray(x, np.float64), EXP_CAP)))).astype(np.float32)
 
 
 @cuda.jit(device=True)
 def silu32(x):
     """x * sigmoid(x) evaluated in float64, rounded to float32."""
-    return np.float32(np.float64(x) / (1.0 + np.exp(-np.float64(x))))
+    return np.float32(np.float64(x) / (1.0 + math.exp(min(-np.float64(x), EXP_CAP))))
+
+
+def silu32_twin(x):
+    x64 = np.asarray(x, np.float64)
+    return (x64 / (1.0 + np.exp(np.minimum(-x64, EXP_CAP)))).astype(np.float32)
 
 
 @cuda.jit(device=True)
@@ -50,7 +80,12 @@ def softplus32(x):
 
     PyTorch returns x itself above 20; there the float64 value is within 1e-9 of x, so it rounds to x as well.
     """
-    return np.float32(np.maximum(np.float64(x), 0.0) + np.log1p(np.exp(-np.abs(np.float64(x)))))
+    return np.float32(max(np.float64(x), 0.0) + math.log1p(math.exp(-abs(np.float64(x)))))
+
+
+def softplus32_twin(x):
+    x64 = np.asarray(x, np.float64)
+    return (np.maximum(x64, 0.0) + np.log1p(np.exp(-np.abs(x64)))).astype(np.float32)
 
 
 def tree_sum(parts):
@@ -91,12 +126,13 @@ def transcendentals_kernel(x, out):
         out[2, i] = silu32(x[i])
         out[3, i] = softplus32(x[i])
         out[4, i] = fma32(x[i], x[i], np.float32(0.5))
+        out[5, i] = sqrt32(abs(x[i]))
 
 
 def transcendentals(x):
     with np.errstate(over="ignore"):  # exp(89) and 3.4e38**2 overflow to inf, as on the GPU
-            return np.stack([exp32.py_func(x), sigmoid32.py_func(x), silu32.py_func(x), softplus32.py_func(x),
-                         fma32.py_func(x, x, np.float32(0.5))])
+            return np.stack([exp32_twin(x), sigmoid32_twin(x), silu32_twin(x), softplus32_twin(x),
+                         fma32.py_func(x, x, np.float32(0.5)), np.sqrt(np.abs(x))])
 
 
 def _sweep(mode, rng):
@@ -113,7 +149,7 @@ def _sweep(mode, rng):
 
 
 def _launch(x):
-    out = cuda.device_array((5, x.size), np.float32)
+    out = cuda.device_array((6, x.size), np.float32)
     with np.errstate(over="ignore"):  # the simulator evaluates the kernel with NumPy scalars
         transcendentals_kernel[blocks_for(x.size), BLOCK](cuda.to_device(x), out)
     return out.copy_to_host()
@@ -124,5 +160,5 @@ def _one_ulp_up(inputs):
     return {"x": np.nextafter(inputs["x"], np.float32(np.inf))}
 
 
-CONTRACT = [KernelCheck("exp32, sigmoid32, silu32, softplus32, fma32", transcendentals, _launch, _sweep,
+CONTRACT = [KernelCheck("exp32, sigmoid32, silu32, softplus32, fma32, sqrt32", transcendentals, _launch, _sweep,
                         {"inputs one ulp up": _one_ulp_up})]

@@ -13,7 +13,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import swap_rows, to_host
-from .fmath import block_dot, fma32, silu32
+from .fmath import block_dot, fma32, silu32, silu32_twin, sqrt32
 
 THREADS = 128
 
@@ -34,7 +34,7 @@ def rmsnorm(x, multiplier, eps):
 
 def rmsnorm_gated(x, z, multiplier, eps):
     """The DeltaNet output norm: rmsnorm(x) * SiLU(z), over the last axis (one head's values)."""
-    return rmsnorm(x, multiplier, eps) * silu32.py_func(z)
+    return rmsnorm(x, multiplier, eps) * silu32_twin(z)
 
 
 def l2norm(x, eps, scale=1.0):
@@ -65,7 +65,7 @@ def block_inverse_rms(x, n, t, eps, mean):
     cuda.syncthreads()  # everyone has read partial[0] before a next use of the buffer
     if mean:
         squares = squares / np.float32(x.shape[1])
-    return np.float32(1.0) / np.sqrt(squares + np.float32(eps))
+    return np.float32(1.0) / sqrt32(squares + np.float32(eps))  # == np.sqrt in float32
 
 
 @cuda.jit

@@ -6,20 +6,27 @@ angle `position * theta ** (-2j / R)`:
     x'[j]         = x[j] cos - x[j + R/2] sin
     x'[j + R/2]   = x[j + R/2] cos + x[j] sin
 
-Numerics: the inverse frequency, the angle, its cosine and its sine are computed in float64 and the cosine and
-sine rounded to float32 (`rope_cos_sin`, the table a kernel would read); each rotated value is evaluated in float64
-from float32 operands (the products are exact) and rounded once (`rotate32`), so NumPy and the GPU round it alike.
-Both are device functions: the twin calls their `py_func` on arrays, the kernel calls them on one pair.
+Numerics: the angle `position * inv_freq[j]`, its cosine and its sine are computed in float64 and the cosine and
+sine rounded to float32 (`rope_cos_sin`, the table a kernel would otherwise read); each rotated value is evaluated
+in float64 from float32 operands (the products are exact) and rounded once (`rotate32`), so NumPy and the GPU
+round it alike. Both are device functions: the twin calls their `py_func` on arrays, the kernel calls them on one
+pair.
 
-The float64 `**`, `cos` and `sin` come from NumPy on the host and from libdevice on the GPU, which may differ in
-the last float64 ulp. Rounded to float32 they still agree unless a float64 value falls within that ulp of a
-float32 rounding boundary: a chance of about 1e-8 per value for the cosine and sine. The inverse frequency is
-multiplied by the position before that rounding, so an ulp there would weigh more; `theta ** (2j / R)` for the
-released settings (theta 1e7, R 64) was checked to give the same float64 on both sides.
+The inverse frequencies `theta ** (-2j / R)` are the one thing the kernel does not compute itself: the host
+computes them once per (R, theta) with the twin's own expression (`inverse_frequencies`) and the kernel reads
+them. A float64 `pow` is not correctly rounded anywhere: libdevice's differs from NumPy's in the last ulp for about
+a fifth of the (theta, R, j) triples we tried, and NumPy's own differs between CPUs (AVX-512 or not); a one-ulp
+error in a frequency is then multiplied by the position, and with each side computing its own, 131 of the 8.4M
+(position < 262144, pair) values of the released setting (R 64, theta 1e7) came out differently on an H200.
+
+The float64 `cos` and `sin` still come from NumPy on the host and from libdevice on the GPU, and differ in the last
+float64 ulp for about one angle in six. Rounded to float32 they agree unless the float64 value lies within that
+ulp of a float32 rounding boundary: a chance of about 1e-8 per value (over 2M random angles up to 3e5, and over
+every position below 262144 at the released setting, none differed on an H200).
 
 Mapping (the kernel): one thread per (row, head, pair j). It computes the pair's cos and sin from the row's
-position and j (no table is uploaded), rotates its two elements, and copies the pass-through dims
-R + j, R + j + R/2, ... of its head.
+position and inv_freq[j] (no cos/sin table is uploaded), rotates its two elements, and copies the pass-through
+dims R + j, R + j + R/2, ... of its head.
 """
 import numpy as np
 from numba import cuda
@@ -28,10 +35,14 @@ from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, swap_rows, to_host
 
 
+def inverse_frequencies(rotary_dim, theta):
+    """inv_freq[j] = 1 / theta ** (2j / R) for j < R/2, float64; the host computes it for the twin and the kernel."""
+    return 1.0 / np.float64(theta) ** (np.arange(rotary_dim // 2, dtype=np.float64) * 2.0 / rotary_dim)
+
+
 @cuda.jit(device=True)
-def rope_cos_sin(position, j, rotary_dim, theta):
-    """cos and sin of pair j's angle at `position`, evaluated in float64 and rounded to float32."""
-    inv_freq = 1.0 / np.float64(theta) ** (np.float64(j) * 2.0 / rotary_dim)
+def rope_cos_sin(position, inv_freq):
+    """cos and sin of the angle position * inv_freq, evaluated in float64 and rounded to float32."""
     angle = np.float64(position) * inv_freq
     return np.float32(np.cos(angle)), np.float32(np.sin(angle))
 
@@ -44,8 +55,7 @@ def rotate32(a, cos, b, sin):
 
 def rope_table(positions, rotary_dim, theta):
     """cos and sin, float32 [len(positions), rotary_dim / 2]."""
-    positions = np.asarray(positions)
-    return rope_cos_sin.py_func(positions[:, None], np.arange(rotary_dim // 2)[None, :], rotary_dim, theta)
+    return rope_cos_sin.py_func(np.asarray(positions)[:, None], inverse_frequencies(rotary_dim, theta)[None, :])
 
 
 def rope(x, positions, rotary_dim, theta):
@@ -64,25 +74,35 @@ def rope(x, positions, rotary_dim, theta):
 # Thread i owns pair j of head h of row r, with i = (r * heads + h) * (R / 2) + j.
 
 @cuda.jit
-def rope_kernel(x, positions, rotary_dim, theta, y):
+def rope_kernel(x, positions, inv_freq, y):
     i = cuda.grid(1)
-    half = rotary_dim // 2
+    half = inv_freq.size
     heads, head_dim = x.shape[1], x.shape[2]
     if i < x.shape[0] * heads * half:
         r, h, j = i // (heads * half), (i // half) % heads, i % half
-        cos, sin = rope_cos_sin(positions[r], j, rotary_dim, theta)
+        cos, sin = rope_cos_sin(positions[r], inv_freq[j])
         first, second = x[r, h, j], x[r, h, j + half]
         y[r, h, j] = rotate32(first, cos, second, -sin)
         y[r, h, j + half] = rotate32(second, cos, first, sin)
-        for k in range(rotary_dim + j, head_dim, half):  # this thread's share of the pass-through dims
+        for k in range(2 * half + j, head_dim, half):  # this thread's share of the pass-through dims
             y[r, h, k] = x[r, h, k]
 
 
+_FREQUENCIES = {}  # (rotary_dim, theta) -> inverse_frequencies on the device, uploaded on first use
+
+
 def rope_launch(x, positions, rotary_dim, theta, stream=0):
-    """x [rows, heads, head_dim] and positions [rows] (int) on the device; returns the rotated copy."""
+    """x [rows, heads, head_dim] and positions [rows] (int) on the device; returns the rotated copy.
+
+    The first call for a (rotary_dim, theta) uploads its inverse frequencies (R/2 float64 values); later calls,
+    a captured CUDA graph's among them, reuse them.
+    """
+    key = (int(rotary_dim), float(theta))
+    if key not in _FREQUENCIES:
+        _FREQUENCIES[key] = cuda.to_device(inverse_frequencies(rotary_dim, theta), stream=stream)
     y = cuda.device_array(tuple(x.shape), np.float32, stream=stream)
     threads = x.shape[0] * x.shape[1] * (rotary_dim // 2)
-    rope_kernel[blocks_for(threads), BLOCK, stream](x, positions, rotary_dim, theta, y)
+    rope_kernel[blocks_for(threads), BLOCK, stream](x, positions, _FREQUENCIES[key], y)
     return y
 
 
