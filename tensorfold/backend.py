@@ -159,7 +159,7 @@ class CudaBackend:
 
     def attention_partial(self, q, keys, values, n_keys, scale):
         return attention.attention_partial_launch(q, keys, values, self._device(np.asarray(n_keys, np.int32)),
-                                                  scale, stream=self.stream)
+                                                  scale, stream=self.stream, max_keys=int(np.max(n_keys)))
 
     def attention_merge(self, m, l, o):
         return attention.attention_merge_launch(m, l, o, stream=self.stream)

@@ -17,8 +17,16 @@ O = sum o_c w_c, out = O / L.
 
 Query head h reads KV head `h // (Hq / Hkv)` (grouped-query attention).
 
-Mapping (the kernels): partial, one block per (row, head, chunk) with one thread per key slot for the scores and
-the tree, then one thread per head dim for o; merge, one thread per (row, head, dim).
+A chunk a row does not reach (its first key is past n) holds m = -inf, l = 0, o = 0, and the merge skips it; so
+the partials of a round can hold as many chunks as its longest row needs.
+
+Mapping (the kernels): partial, one block of CHUNK threads per (row, query head, chunk). Thread t owns key slot t:
+its score, then its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`;
+an empty slot holds -inf in the max tree and 0 in the sum tree). Then thread t owns head dims t, t + CHUNK, ...
+and walks the chunk's keys in order for o. Keys past a row's n are never read (the twin multiplies them by p = 0,
+which gives the same bits while the cache holds finite values). Merge: one thread per (row, head, dim), walking
+the chunks in order. The partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the
+contract can plant a moved chunk boundary.
 """
 import math
 

@@ -26,7 +26,8 @@ searched thresholds, and with them the token, are the same bits in the twin, the
 Mapping (the kernels): one block of THREADS = 256 threads per row of logits.
 
 * Thread-strided passes: thread t reads ids t, t + THREADS, ... in that order and keeps its own partial result
-  (a best (value, id) pair, 15 counts, 15 masses, a sum) in shared memory.
+  (a best (value, id) pair, 15 counts or 15 masses, a sum). After two search steps a thread copies the values that
+  can still reach a probe, in order, to a spare buffer and walks only those: the same sums, far fewer reads.
 * Folds: the block combines the THREADS partials in a fixed two-level order: 16 threads each fold 16 neighbouring
   partials in order, then one thread per probe folds those 16 group results in order. Three barriers per fold,
   where a halving tree needs nine (the searches run 16 folds per row).
@@ -50,6 +51,7 @@ GROUPS = THREADS // GROUP  # first-level results each second-level fold thread c
 PROBES = 16  # thresholds per search step: c_0 (known to pass) and 15 tested ones, 4 bits of the answer per step
 STEPS = 8  # 8 steps of 4 bits: a 32-bit key
 DIGIT = 4  # bits fixed per search step
+COMPACT = 2  # search steps over the whole row before each thread keeps only the values that can still pass
 
 MASK64 = (1 << 64) - 1
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -342,72 +344,61 @@ def probe_reach(key, prefix, shift):
 
 
 @cuda.jit(device=True)
-def search_top_k(logits, r, t, temperature, k, counts, groups, totals):
-    """The key of the k-th largest x = logits / T of row r (the `search` of the twin, counts as the test)."""
-    acc = cuda.local.array(PROBES, np.int32)  # this thread's counts, in registers
+def block_search(values, spare, r, t, goal, mass, acc, parts, groups, totals):
+    """The twin's `search` over the keys of row r of `values`: the largest key c whose test passes, the test being
+    sum(v for v with key(v) >= c) >= goal when `mass`, else count(key(v) >= c) >= goal (counts are exact floats).
+
+    Thread t's values sit at slots n * THREADS + t, n < count (first the row itself, strided). After COMPACT steps
+    only values with key >= prefix can still reach a probe, so each thread copies those, in order, to the same
+    slots of `spare` and reads only them from then on: the same sums from a much shorter walk.
+    """
+    source = values
+    count = (values.shape[1] - t + THREADS - 1) // THREADS
     prefix = np.uint32(0)
     for step in range(STEPS):
+        if step == COMPACT:
+            kept = 0
+            for n in range(count):
+                v = source[r, n * THREADS + t]
+                if order_key(f32_bits(v)) >= prefix:
+                    spare[r, kept * THREADS + t] = v
+                    kept += 1
+            source, count = spare, kept
         shift = np.uint32(32 - DIGIT * (step + 1))
         for j in range(PROBES):
             acc[j] = 0
-        for i in range(t, logits.shape[1], THREADS):
-            reach = probe_reach(order_key(f32_bits(logits[r, i] / temperature)), prefix, shift)
+        for n in range(count):
+            v = source[r, n * THREADS + t]
+            reach = probe_reach(order_key(f32_bits(v)), prefix, shift)
+            add = v if mass else np.float32(1)
             for j in range(1, PROBES):
                 if j <= reach:
-                    acc[j] += 1
+                    acc[j] += add
         for j in range(PROBES):
-            counts[j, t] = acc[j]
-        block_fold_sum(counts, groups, totals, PROBES, t)
+            parts[j, t] = acc[j]
+        block_fold_sum(parts, groups, totals, PROBES, t)
         best = 0
         for j in range(1, PROBES):
-            if totals[j] >= k:
-                best = j
-        prefix = np.uint32(prefix | (np.uint32(best) << shift))
-    return prefix
-
-
-@cuda.jit(device=True)
-def search_top_p(work, r, t, target, masses, groups, totals):
-    """The largest key of a threshold whose kept mass (in thread_sums + fold_sum order) reaches the target."""
-    acc = cuda.local.array(PROBES, np.float32)  # this thread's masses, in registers, each summed in id order
-    prefix = np.uint32(0)
-    for step in range(STEPS):
-        shift = np.uint32(32 - DIGIT * (step + 1))
-        for j in range(PROBES):
-            acc[j] = 0
-        for i in range(t, work.shape[1], THREADS):
-            p = work[r, i]
-            reach = probe_reach(order_key(f32_bits(p)), prefix, shift)
-            for j in range(1, PROBES):
-                if j <= reach:
-                    acc[j] += p
-        for j in range(PROBES):
-            masses[j, t] = acc[j]
-        block_fold_sum(masses, groups, totals, PROBES, t)
-        best = 0
-        for j in range(1, PROBES):
-            if totals[j] >= target:
+            if totals[j] >= goal:
                 best = j
         prefix = np.uint32(prefix | (np.uint32(best) << shift))
     return prefix
 
 
 @cuda.jit
-def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, work, out):
+def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, work, spare, out):
     r, t = cuda.blockIdx.x, cuda.threadIdx.x
     vocab = logits.shape[1]
     values = cuda.shared.array(THREADS, np.float32)
     ids = cuda.shared.array(THREADS, np.int32)
     group_values = cuda.shared.array(GROUPS, np.float32)
     group_ids = cuda.shared.array(GROUPS, np.int32)
-    counts = cuda.shared.array((PROBES, THREADS), np.int32)
-    count_groups = cuda.shared.array((PROBES, GROUPS), np.int32)
-    count_totals = cuda.shared.array(PROBES, np.int32)
-    masses = cuda.shared.array((PROBES, THREADS), np.float32)
-    mass_groups = cuda.shared.array((PROBES, GROUPS), np.float32)
-    mass_totals = cuda.shared.array(PROBES, np.float32)
+    parts = cuda.shared.array((PROBES, THREADS), np.float32)
+    groups = cuda.shared.array((PROBES, GROUPS), np.float32)
+    totals = cuda.shared.array(PROBES, np.float32)
     walk = cuda.shared.array(2, np.float64)  # the chosen slice's base mass, the target
     owner = cuda.shared.array(1, np.int32)
+    acc = cuda.local.array(PROBES, np.float32)  # a thread's probe sums, in registers
 
     best = block_argmax(logits, r, t, values, ids, group_values, group_ids)
     if t == 0:
@@ -415,24 +406,26 @@ def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, wo
     temp = temperature[r]
     if temp != 0:  # the same for the whole block: the barriers below are reached by every thread or by none
         m = logits[r, best] / temp
+        for i in range(t, vocab, THREADS):
+            work[r, i] = logits[r, i] / temp  # x
         top_k_key = np.uint32(0)
         if 0 < top_k[r] and top_k[r] < vocab:
-            top_k_key = search_top_k(logits, r, t, temp, top_k[r], counts, count_groups, count_totals)
+            top_k_key = block_search(work, spare, r, t, np.float32(top_k[r]), False, acc, parts, groups, totals)
 
-        masses[0, t] = 0
+        parts[0, t] = 0
         for i in range(t, vocab, THREADS):
-            x = logits[r, i] / temp
+            x = work[r, i]
             p = np.float32(0)
             if order_key(f32_bits(x)) >= top_k_key:
                 p = exp32(x - m)
-            work[r, i] = p
-            masses[0, t] += p
-        block_fold_sum(masses, mass_groups, mass_totals, 1, t)
-        total = mass_totals[0]
+            work[r, i] = p  # from here on work holds p
+            parts[0, t] += p
+        block_fold_sum(parts, groups, totals, 1, t)
+        total = totals[0]
 
         top_p_key = np.uint32(0)
         if top_p[r] < np.float32(1):
-            top_p_key = search_top_p(work, r, t, top_p[r] * total, masses, mass_groups, mass_totals)
+            top_p_key = block_search(work, spare, r, t, top_p[r] * total, True, acc, parts, groups, totals)
         threshold = max(top_p_key, order_key(f32_bits(min_p[r])))
 
         length = (vocab + THREADS - 1) // THREADS
@@ -484,9 +477,11 @@ def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, st
     and min_p float32, top_k int32 (0: off). Rows with temperature 0 take the argmax.
     """
     rows, vocab = logits.shape
-    work = cuda.device_array((rows, vocab), np.float32, stream=stream)  # each row's p, written once, read after
+    work = cuda.device_array((rows, vocab), np.float32, stream=stream)  # each row's x, then its p
+    spare = cuda.device_array((rows, vocab), np.float32, stream=stream)  # the searches' compacted candidates
     out = cuda.device_array(rows, np.int32, stream=stream)
-    sample_kernel[rows, THREADS, stream](logits, seeds, positions, temperature, top_k, top_p, min_p, work, out)
+    sample_kernel[rows, THREADS, stream](logits, seeds, positions, temperature, top_k, top_p, min_p, work, spare,
+                                         out)
     return out
 
 
@@ -525,7 +520,7 @@ def _ties_to_the_higher_id(inputs):
 
 # (temperature, top_k, top_p, min_p) per row; rows cycle through them
 _SIM_PARAMS = [[(0.8, 40, 0.9, 0.01), (1.3, 0, 0.6, 0.0)],
-               [(0.0, 0, 1.0, 0.0), (1.0, 3, 1.0, 0.0), (0.5, 0, 1.0, 0.2)]]
+               [(0.0, 0, 1.0, 0.0), (0.5, 3, 1.0, 0.2)]]
 _GPU_PARAMS = [(0.0, 0, 1.0, 0.0), (1.0, 0, 1.0, 0.0), (0.7, 50, 0.9, 0.0), (1.0, 0, 0.8, 0.05), (1.5, 20, 1.0, 0.0),
                (0.6, 0, 0.95, 0.1), (1.0, 1, 1.0, 0.0), (0.9, 1000, 0.5, 0.0)]
 
@@ -543,7 +538,7 @@ def _sample_inputs(rng, rows, vocab, params):
 def _sample_cases(mode, rng):
     if mode == "sim":
         return [("2x400", _sample_inputs(rng, 2, 400, _SIM_PARAMS[0])),
-                ("3x300", _sample_inputs(rng, 3, 300, _SIM_PARAMS[1]))]
+                ("2x300", _sample_inputs(rng, 2, 300, _SIM_PARAMS[1]))]
     return [(f"{rows}x{vocab}", _sample_inputs(rng, rows, vocab, _GPU_PARAMS))
             for rows, vocab in [(1, 248320), (16, 248320), (16, 4096), (1, 4096), (5, 1000)]]
 
