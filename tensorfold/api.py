@@ -44,15 +44,16 @@ class Model:
         return ids
 
     def prefill(self, ids, state, logits_for="last"):
-        """Run a prompt through `state` in chunks of PROMPT_CHUNK rows; logits of the last row or of all rows."""
+        """Run a prompt through `state` in chunks of PROMPT_CHUNK rows: the last row's logits (on the backend), or
+        all rows' logits (on the host)."""
         chunks = [self.net.forward(ids[i:i + PROMPT_CHUNK], state, logits_for)
                   for i in range(0, len(ids), PROMPT_CHUNK)]
-        return np.concatenate(chunks) if logits_for == "all" else chunks[-1]
+        return np.concatenate([self.backend.to_host(c) for c in chunks]) if logits_for == "all" else chunks[-1]
 
     def logits(self, ids) -> np.ndarray:
         """float32 [len(ids), vocab_size]: the logits at every position of one prompt pass from a fresh state."""
         ids = self._check_ids(ids)
-        return self.backend.to_host(self.prefill(ids, self.net.new_state(), "all"))
+        return self.prefill(ids, self.net.new_state(), "all")
 
     def stream(self, ids, max_tokens, temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, seed=None, stop_ids=None):
         """Yield generated token ids one by one; stops after `max_tokens` or at a stop id (not yielded).
