@@ -70,6 +70,10 @@ class NumpyBackend:
         buffer[length:needed] = rows
         return buffer
 
+    def concat_rows(self, arrays):
+        """Arrays of equal trailing shape stacked along their rows, as one new array."""
+        return np.concatenate(arrays)
+
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
 
@@ -103,6 +107,17 @@ class CudaBackend:
 
     def to_host(self, array) -> np.ndarray:
         return array.copy_to_host(stream=self.stream)
+
+    def concat_rows(self, arrays):
+        """Arrays of equal trailing shape stacked along their rows, as one new device array."""
+        total = sum(a.shape[0] for a in arrays)
+        out = self.cuda.device_array((total,) + tuple(arrays[0].shape)[1:], np.float32, stream=self.stream)
+        start = 0
+        for a in arrays:
+            if a.shape[0]:
+                out[start:start + a.shape[0]].copy_to_device(a, stream=self.stream)
+            start += a.shape[0]
+        return out
 
     def linear(self, x, weight):
         s = self.stream

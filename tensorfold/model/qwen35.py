@@ -1,12 +1,21 @@
-"""The Qwen3.5 hybrid forward pass over a list of rows, built from the kernel families through a backend.
+"""The Qwen3.5 hybrid forward pass over one round's rows, built from the kernel families through a backend.
 
 Every layer is pre-norm residual: `h += mixer(norm(h))`, `h += mlp(norm(h))`, where the mixer is a Gated DeltaNet
-layer or a gated full-attention layer (config.layer_types). A prompt pass and a one-row step run the same code:
-a pass over rows 0..n-1 is a chain whose rows each see their predecessors, and every op's arithmetic for one row
-is independent of how many rows run beside it, so the two give the same bits.
+layer or a gated full-attention layer (config.layer_types).
 
-Every array operation goes through `self.ops` (the backend), so the same code runs on NumPy and on the GPU.
+A round runs the windows of several streams at once. A window is a chain of rows that continues one stream: a
+prompt chunk, one decode row, or a drafted chain. Row-wise work (projections, norms, the MLP, the head) runs
+once over every row of the round; the work that reads a stream's history (the conv, the DeltaNet scan, RoPE
+positions, attention) runs window by window against that stream's cache. Every op's arithmetic for one row is
+independent of the rows beside it, so a row computes the same bits in a prompt pass, in a one-row step, or beside
+another stream's window.
+
+A forward leaves each stream's cache as it was and records what the window would add; `StreamState.keep(n)` then
+commits the first n rows (all of them for a prompt chunk or a decode row, the accepted prefix of a drafted chain):
+the DeltaNet state replays the scan's log for those rows, the conv tail moves along them, the key/value rows past
+them are left to be overwritten.
 """
+import dataclasses
 import math
 
 import numpy as np
@@ -16,14 +25,27 @@ from .config import ModelConfig
 L2NORM_EPS = 1e-6  # DeltaNet's query/key L2 norm uses a fixed eps, not rms_norm_eps
 
 
+@dataclasses.dataclass
+class DeltaNetRecord:
+    """What one window did to one DeltaNet layer, kept until the stream keeps some of its rows."""
+    before: object  # the state the scan started from
+    after: object  # the state after every row of the window
+    log: tuple  # (decay, delta, key) per row: replaying rows 0..n-1 gives the state after row n-1
+    inputs: object  # the raw conv inputs of the window's rows
+    tail: object  # the conv tail the window started from
+    new_tail: object  # the conv tail after every row
+
+
 class StreamState:
-    """One stream's cache: its length, and per layer the DeltaNet state and conv tail, or the attention keys and
-    values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are live)."""
+    """One stream's cache: its committed length, and per layer the DeltaNet state and conv tail, or the attention
+    keys and values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are committed)."""
 
     def __init__(self, config: ModelConfig, ops):
         c = config
+        self.ops = ops
         self.length = 0
-        self.recurrent, self.conv_tail, self.keys, self.values = {}, {}, {}, {}
+        self.window_rows = 0  # rows of the last forward not yet kept or dropped
+        self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
                 self.recurrent[i] = ops.zeros((c.linear_num_value_heads, c.linear_key_head_dim,
@@ -38,6 +60,31 @@ class StreamState:
         parts = [*self.recurrent.values(), *self.conv_tail.values(), *self.keys.values(), *self.values.values()]
         return sum(a.nbytes for a in parts)
 
+    def keep(self, n: int) -> None:
+        """Commit the first n rows of the last window (0 <= n <= its rows)."""
+        assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
+        for i, record in self.records.items():
+            if n == self.window_rows:
+                self.recurrent[i], self.conv_tail[i] = record.after, record.new_tail
+            elif n > 0:
+                self.recurrent[i] = self.ops.deltanet_apply(record.before, record.log, range(n))
+                self.conv_tail[i] = self.ops.concat_rows([record.tail, record.inputs[:n]])[n:]
+        self.length += n
+        self.window_rows = 0
+        self.records = {}
+
+
+@dataclasses.dataclass
+class Window:
+    """One stream's rows in a round: `ids` continue `state` as a chain; logits for "all" rows or the "last"."""
+    state: StreamState
+    ids: list
+    logits_for: str = "all"
+
+    @property
+    def positions(self) -> np.ndarray:
+        return np.arange(self.state.length, self.state.length + len(self.ids))
+
 
 class Qwen35:
     """The text model: config, weights (by canonical name, on the backend) and the backend that runs its ops."""
@@ -51,23 +98,32 @@ class Qwen35:
         return StreamState(self.config, self.ops)
 
     def forward(self, ids, state: StreamState, logits_for="all"):
-        """Run rows `ids` as the continuation of `state` (which advances); logits for "all" rows or the "last"."""
+        """One window on its own, kept whole: the logits of `ids` continuing `state` (which advances)."""
+        logits = self.forward_round([Window(state, list(ids), logits_for)])[0]
+        state.keep(len(ids))
+        return logits
+
+    def forward_round(self, windows: list) -> list:
+        """Run every window of a round in one pass; returns each window's logits. Nothing is kept yet."""
         c, w, ops = self.config, self.weights, self.ops
-        positions = np.arange(state.length, state.length + len(ids))
-        h = ops.embed(np.asarray(ids), w["embed_tokens.weight"])
+        bounds = np.cumsum([0] + [len(win.ids) for win in windows])
+        spans = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        for win in windows:
+            assert win.ids and win.state.window_rows == 0, "a stream runs one non-empty window per round"
+            win.state.window_rows = len(win.ids)
+        h = ops.embed(np.concatenate([np.asarray(win.ids) for win in windows]), w["embed_tokens.weight"])
         for i, kind in enumerate(c.layer_types):
             p = f"layers.{i}."
             x = ops.rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-            if kind == "linear_attention":
-                h = ops.add(h, self.deltanet(x, state, i))
-            else:
-                h = ops.add(h, self.attention(x, state, i, positions))
+            mixer = self.deltanet if kind == "linear_attention" else self.attention
+            h = ops.add(h, mixer(x, windows, spans, i))
             x = ops.rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
             h = ops.add(h, self.mlp(x, p + "mlp."))
-        state.length += len(ids)
-        if logits_for == "last":
-            h = h[len(ids) - 1:]
-        return ops.linear(ops.rmsnorm(h, w["norm.weight"], c.rms_norm_eps), self.lm_head)
+        wanted = [(a, b) if win.logits_for == "all" else (b - 1, b) for win, (a, b) in zip(windows, spans)]
+        rows = ops.concat_rows([h[a:b] for a, b in wanted]) if len(windows) > 1 else h[wanted[0][0]:wanted[0][1]]
+        logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps), self.lm_head)
+        counts = np.cumsum([0] + [b - a for a, b in wanted])
+        return [logits[int(a):int(b)] for a, b in zip(counts[:-1], counts[1:])]
 
     def mlp(self, x, p):
         ops, w = self.ops, self.weights
@@ -75,7 +131,7 @@ class Qwen35:
         up = ops.linear(x, w[p + "up_proj.weight"])
         return ops.linear(ops.silu_mul(gate, up), w[p + "down_proj.weight"])
 
-    def deltanet(self, x, state, i):
+    def deltanet(self, x, windows, spans, i):
         """A Gated DeltaNet layer: projections, causal conv, L2-normed q/k, gated delta rule, gated norm, out."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
@@ -83,24 +139,28 @@ class Qwen35:
         nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
         mixed = ops.linear(x, w[p + "in_proj_qkv.weight"])  # [rows, C]: q | k | v, each head-major
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
-        b = ops.linear(x, w[p + "in_proj_b.weight"])
-        a = ops.linear(x, w[p + "in_proj_a.weight"])
-        mixed, state.conv_tail[i] = ops.causal_conv(mixed, state.conv_tail[i], w[p + "conv1d.weight"])
-        q = ops.take_last(mixed, 0, nk * dk).reshape(rows, nk, dk)
-        k = ops.take_last(mixed, nk * dk, 2 * nk * dk).reshape(rows, nk, dk)
-        v = ops.take_last(mixed, 2 * nk * dk, c.conv_dim).reshape(rows, nv, dv)
-        q = ops.l2norm(q, L2NORM_EPS, scale=1.0 / math.sqrt(dk))
-        k = ops.l2norm(k, L2NORM_EPS)
-        decay, beta = ops.deltanet_gates(b, a, w[p + "A_log"], w[p + "dt_bias"])
-        out, state.recurrent[i], _ = ops.deltanet_scan(state.recurrent[i], q, k, v, decay, beta)
+        decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
+                                         ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
+        outs = []
+        for win, (a, b) in zip(windows, spans):  # the conv and the scan read the stream's own history
+            state, n = win.state, b - a
+            conv, new_tail = ops.causal_conv(mixed[a:b], state.conv_tail[i], w[p + "conv1d.weight"])
+            q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(n, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
+            k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(n, nk, dk), L2NORM_EPS)
+            v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(n, nv, dv)
+            out, after, log = ops.deltanet_scan(state.recurrent[i], q, k, v, decay[a:b], beta[a:b])
+            state.records[i] = DeltaNetRecord(state.recurrent[i], after, log, mixed[a:b], state.conv_tail[i], new_tail)
+            outs.append(out)
+        out = ops.concat_rows(outs) if len(outs) > 1 else outs[0]
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
 
-    def attention(self, x, state, i, positions):
+    def attention(self, x, windows, spans, i):
         """A gated full-attention layer: q/gate interleaved per head, q/k norms, partial RoPE, GQA, sigmoid gate."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.self_attn."
         rows, heads, kv_heads, hd = x.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        positions = np.concatenate([win.positions for win in windows])
         q_and_gate = ops.linear(x, w[p + "q_proj.weight"]).reshape(rows, heads, 2 * hd)  # per head: query, gate
         q = ops.take_last(q_and_gate, 0, hd)
         gate = ops.take_last(q_and_gate, hd, 2 * hd).reshape(rows, heads * hd)
@@ -108,8 +168,13 @@ class Qwen35:
         v = ops.linear(x, w[p + "v_proj.weight"]).reshape(rows, kv_heads, hd)
         q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
-        state.keys[i] = ops.append_rows(state.keys[i], state.length, k)
-        state.values[i] = ops.append_rows(state.values[i], state.length, v)
-        partial = ops.attention_partial(q, state.keys[i], state.values[i], positions + 1, 1.0 / math.sqrt(hd))
-        out = ops.attention_merge(*partial).reshape(rows, heads * hd)
+        outs = []
+        for win, (a, b) in zip(windows, spans):  # each row reads its own stream's keys, up to its own position
+            state = win.state
+            state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b])
+            state.values[i] = ops.append_rows(state.values[i], state.length, v[a:b])
+            partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], win.positions + 1,
+                                            1.0 / math.sqrt(hd))
+            outs.append(ops.attention_merge(*partial))
+        out = (ops.concat_rows(outs) if len(outs) > 1 else outs[0]).reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])

@@ -1,0 +1,294 @@
+"""Lane rounds: every active stream's window goes through one forward, then each stream keeps its accepted rows.
+
+A stream's window is, each round, one of:
+
+* a prompt chunk (up to `chunk` rows of the prompt),
+* one decode row (the token sampled last round, fed back), or
+* a drafted chain: that decode row followed by the drafter's guesses of the next tokens (up to `max_draft`).
+
+After the forward the engine samples the model at every row of a drafted chain, with the draw for output position
+n depending only on (seed, n), and accepts the guesses while they equal the model's own tokens; the model's token
+at the first mismatch is the next decode row. So drafted output equals undrafted output, and a stream's output
+does not depend on which streams share its rounds: every row's logits are the bits a one-row step would give.
+
+`Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue.
+"""
+import dataclasses
+import queue
+import secrets
+import threading
+import time
+
+import numpy as np
+
+from .drafters import Drafter
+from .errors import TensorfoldError
+from .model.qwen35 import Window
+
+FINISHED = object()  # the queue's end marker
+
+
+@dataclasses.dataclass
+class SamplingParams:
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop_ids: tuple | None = None  # None: the model's own stop ids
+    draft: bool = True
+
+    def check(self) -> None:
+        problems = []
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            problems.append(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not 0 <= self.temperature <= 100:
+            problems.append(f"temperature must be between 0 and 100, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            problems.append(f"top_k must be a non-negative integer, got {self.top_k!r}")
+        if not 0 <= self.min_p <= 1:
+            problems.append(f"min_p must be in [0, 1], got {self.min_p!r}")
+        if problems:
+            raise TensorfoldError("; ".join(problems))
+
+
+@dataclasses.dataclass
+class RequestStats:
+    rounds: int = 0
+    drafted: int = 0  # drafted rows verified
+    accepted: int = 0  # drafted rows accepted
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Request:
+    """A submitted request: iterate it for its token ids; `finish_reason` is "stop", "length" or "cancelled"."""
+
+    def __init__(self, prompt: list, params: SamplingParams, seed: int):
+        self.prompt, self.params, self.seed = prompt, params, seed
+        self.stats = RequestStats(prompt_tokens=len(prompt))
+        self.output: list = []
+        self.finish_reason: str | None = None
+        self.error: Exception | None = None
+        self.submitted = time.perf_counter()
+        self.first_token_at: float | None = None
+        self._tokens: queue.Queue = queue.Queue()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop generating; the engine frees the stream's lane at its next round."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def __iter__(self):
+        while True:
+            item = self._tokens.get()
+            if item is FINISHED:
+                if self.error is not None:
+                    raise self.error
+                return
+            yield item
+
+    def result(self) -> list:
+        """Wait for the end and return every generated id."""
+        for _ in self:
+            pass
+        return self.output
+
+
+class Stream:
+    """A request in a lane: its cache, how much of its prompt is in, and the sampled token not yet fed back."""
+
+    def __init__(self, request: Request, state):
+        self.request, self.state = request, state
+        self.prompt_fed = 0
+        self.next_token: int | None = None
+
+    @property
+    def tokens(self) -> list:
+        return self.request.prompt + self.request.output
+
+
+class Engine:
+    """Up to `parallel` streams, each running one window per round through one forward of the model."""
+
+    def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
+                 drafter: Drafter | None = None, max_draft: int = 15):
+        if parallel < 1 or chunk < 1 or max_draft < 0:
+            raise TensorfoldError(f"parallel ({parallel}) and chunk ({chunk}) must be positive, max_draft "
+                                  f"({max_draft}) non-negative")
+        self.model, self.parallel, self.chunk, self.max_draft = model, parallel, chunk, max_draft
+        self.context = context or model.config.max_position_embeddings
+        if self.context > model.config.max_position_embeddings:
+            raise TensorfoldError(f"context {self.context} exceeds the model's max_position_embeddings "
+                                  f"({model.config.max_position_embeddings})")
+        self.drafter = drafter or Drafter()
+        self.waiting: list = []
+        self.active: list = []
+        self.rounds = 0
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._running = False
+
+    # --- requests ---------------------------------------------------------------------------------------------
+
+    def submit(self, prompt, params: SamplingParams | None = None) -> Request:
+        """Queue a request; refused at once (TensorfoldError) if it cannot run."""
+        params = params or SamplingParams()
+        params.check()
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise TensorfoldError("the prompt is empty: give at least one token")
+        bad = [t for t in prompt if not 0 <= t < self.model.config.vocab_size]
+        if bad:
+            raise TensorfoldError(f"token id {bad[0]} is outside the vocabulary (0 .. "
+                                  f"{self.model.config.vocab_size - 1})")
+        if len(prompt) + params.max_tokens > self.context:
+            raise TensorfoldError(
+                f"This model's maximum context length is {self.context} tokens. However, you requested "
+                f"{len(prompt) + params.max_tokens} tokens ({len(prompt)} in the messages, {params.max_tokens} in "
+                f"the completion). Please reduce the length of the messages or completion.")
+        seed = secrets.randbits(63) if params.seed is None else int(params.seed)
+        request = Request(prompt, params, seed)
+        with self._lock:
+            self.waiting.append(request)
+            self._lock.notify_all()
+        return request
+
+    def generate(self, prompt, params: SamplingParams | None = None) -> list:
+        """Submit and wait (runs rounds on this thread when the engine has no thread of its own)."""
+        request = self.submit(prompt, params)
+        while self._thread is None and request.finish_reason is None:
+            self.run_round()
+        return request.result()
+
+    # --- rounds -----------------------------------------------------------------------------------------------
+
+    def run_round(self) -> bool:
+        """One round over every active stream; returns False when there was nothing to do."""
+        with self._lock:
+            while self.waiting and len(self.active) < self.parallel:
+                self.active.append(Stream(self.waiting.pop(0), self.model.net.new_state()))
+            for stream in [s for s in self.active if s.request.cancelled]:
+                self._finish(stream, "cancelled")
+            streams = list(self.active)
+        if not streams:
+            return False
+        windows = [self._window(stream) for stream in streams]
+        try:
+            all_logits = self.model.net.forward_round(windows)
+        except Exception as error:  # a failed round ends its streams with the error; the engine serves on
+            for stream in streams:
+                stream.request.error = error
+                self._finish(stream, "error")
+            return True
+        for stream, window, logits in zip(streams, windows, all_logits):
+            self._after(stream, window, self.model.backend.to_host(logits))
+        self.rounds += 1
+        return True
+
+    def _window(self, stream: Stream) -> Window:
+        """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain."""
+        prompt = stream.request.prompt
+        if stream.prompt_fed < len(prompt):
+            return Window(stream.state, prompt[stream.prompt_fed:stream.prompt_fed + self.chunk], "last")
+        request = stream.request
+        room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste
+        drafts = self.drafter.propose(stream.tokens, room) if request.params.draft and room > 0 else []
+        return Window(stream.state, [stream.next_token] + list(drafts), "all")
+
+    def _after(self, stream: Stream, window: Window, logits: np.ndarray) -> None:
+        """Keep the accepted rows and hand out the new tokens."""
+        request = stream.request
+        request.stats.rounds += 1
+        if window.logits_for == "last":  # a prompt chunk
+            stream.state.keep(len(window.ids))
+            stream.prompt_fed += len(window.ids)
+            if stream.prompt_fed == len(request.prompt):
+                self._emit(stream, self._sample(request, logits[-1]))
+            return
+        drafts = window.ids[1:]
+        request.stats.drafted += len(drafts)
+        kept = 0
+        for row in range(len(window.ids)):
+            token = self._sample(request, logits[row])
+            kept = row + 1
+            if not self._emit(stream, token) or row == len(drafts) or drafts[row] != token:
+                break
+            request.stats.accepted += 1
+        if request.finish_reason is None:
+            stream.state.keep(kept)
+
+    def _sample(self, request: Request, logits_row) -> int:
+        p = request.params
+        return self.model.backend.sample(logits_row, request.seed, len(request.output), p.temperature, p.top_k,
+                                         p.top_p, p.min_p)
+
+    def _emit(self, stream: Stream, token: int) -> bool:
+        """Hand out one sampled token; False when the request has ended."""
+        request = stream.request
+        stops = self.model.tokenizer.stop_ids if request.params.stop_ids is None else request.params.stop_ids
+        if token in stops:
+            self._finish(stream, "stop")
+            return False
+        if request.first_token_at is None:
+            request.first_token_at = time.perf_counter()
+        request.output.append(token)
+        request.stats.output_tokens += 1
+        request._tokens.put(token)
+        stream.next_token = token
+        if len(request.output) >= request.params.max_tokens:
+            self._finish(stream, "length")
+            return False
+        return True
+
+    def _finish(self, stream: Stream, reason: str) -> None:
+        with self._lock:
+            if stream in self.active:
+                self.active.remove(stream)
+        stream.request.finish_reason = reason
+        stream.request._tokens.put(FINISHED)
+
+    # --- the engine thread --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run rounds on a background thread until `stop`."""
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="tensorfold-engine", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while self._running:
+            with self._lock:
+                while self._running and not self.waiting and not self.active:
+                    self._lock.wait()
+            if self._running:
+                self.run_round()
+
+    def stop(self, cancel: bool = True) -> None:
+        """Stop the thread; with `cancel`, end every waiting and active request as cancelled first."""
+        with self._lock:
+            if cancel:
+                for request in self.waiting:
+                    request.finish_reason = "cancelled"
+                    request._tokens.put(FINISHED)
+                self.waiting.clear()
+                for stream in self.active:
+                    stream.request.cancel()
+            self._running = False
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        for stream in list(self.active):
+            self._finish(stream, "cancelled")
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.waiting)
