@@ -1,0 +1,182 @@
+"""Lane rounds and the exactness contract: a window's rows equal one-row steps, drafted equals undrafted,
+concurrent equals solo. Each property has a planted control that breaks it."""
+import hashlib
+
+import numpy as np
+import pytest
+
+import tensorfold
+from tensorfold.cli import DEFAULT_MODEL
+from tensorfold.drafters import Drafter, NgramDrafter
+from tensorfold.engine import Engine, SamplingParams
+from tensorfold.errors import TensorfoldError
+from tensorfold.model.qwen35 import Window
+
+
+def sha(ids):
+    return hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_hf):
+    return tensorfold.load(tiny_hf, backend="numpy")
+
+
+@pytest.fixture(scope="module")
+def shakespeare():
+    return tensorfold.load(DEFAULT_MODEL, backend="numpy")
+
+
+def one_row_steps(model, ids):
+    state = model.net.new_state()
+    return np.concatenate([model.net.forward([t], state) for t in ids]), state
+
+
+# --- windows --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 16])
+def test_window_rows_equal_one_row_steps_beside_a_long_stream(tiny, rows):
+    """A chain window that crosses the 128-key chunk boundary, in the same round as a 300-row prompt chunk."""
+    rng = np.random.default_rng(rows)
+    ids = list(rng.integers(0, 500, 120 + rows))
+    other = list(rng.integers(0, 500, 300))
+    expected, _ = one_row_steps(tiny, ids)
+    mine, theirs = tiny.net.new_state(), tiny.net.new_state()
+    tiny.net.forward(ids[:120], mine)
+    tiny.net.forward(other[:100], theirs)
+    got, _ = tiny.net.forward_round([Window(mine, ids[120:]), Window(theirs, other[100:])])
+    assert got.tobytes() == expected[120:].tobytes()
+
+
+def test_partial_keep_equals_a_stream_that_saw_only_the_kept_rows(tiny):
+    rng = np.random.default_rng(0)
+    ids = list(rng.integers(0, 500, 40))
+    drafted = list(rng.integers(0, 500, 9))
+    expected, _ = one_row_steps(tiny, ids + drafted[:4] + [7, 8])
+    state = tiny.net.new_state()
+    tiny.net.forward(ids, state)
+    tiny.net.forward_round([Window(state, drafted)])
+    state.keep(4)  # the first four drafted rows were accepted
+    after = np.concatenate([tiny.net.forward([7], state), tiny.net.forward([8], state)])
+    assert after.tobytes() == expected[-2:].tobytes()
+    # Control: replaying the kept rows on top of the state after all nine rows (not the window's start) must differ.
+    state = tiny.net.new_state()
+    tiny.net.forward(ids, state)
+    tiny.net.forward_round([Window(state, drafted)])
+    for record in state.records.values():
+        record.before = record.after
+    state.keep(4)
+    wrong = np.concatenate([tiny.net.forward([7], state), tiny.net.forward([8], state)])
+    assert wrong.tobytes() != expected[-2:].tobytes()
+
+
+def test_control_positions_relative_to_the_window_are_caught(tiny, monkeypatch):
+    """Control: RoPE positions counted from the window start instead of the stream's length."""
+    ids = list(np.random.default_rng(1).integers(0, 500, 24))
+    expected, _ = one_row_steps(tiny, ids)
+    monkeypatch.setattr(Window, "positions", property(lambda w: np.arange(len(w.ids)) + w.state.length // 2))
+    state = tiny.net.new_state()
+    tiny.net.forward(ids[:16], state)
+    assert tiny.net.forward(ids[16:], state).tobytes() != expected[16:].tobytes()
+
+
+# --- the engine -----------------------------------------------------------------------------------------------
+
+def run(model, prompts, params, parallel=4, drafter=None, chunk=128):
+    engine = Engine(model, parallel=parallel, drafter=drafter, chunk=chunk)
+    requests = [engine.submit(p, params) for p in prompts]
+    while engine.run_round():
+        pass
+    return requests
+
+
+PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto the breach, dear friends",
+           "HAMLET:\nTo be, or not to be"]
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.9, top_p=0.95, seed=11)])
+def test_drafted_equals_undrafted_and_concurrent_equals_solo(shakespeare, sampling):
+    prompts = [shakespeare.tokenizer.encode(p) for p in PROMPTS]
+    params = SamplingParams(max_tokens=40, **sampling)
+    solo = [sha(shakespeare.generate(p, 40, **sampling)) for p in prompts]
+    for parallel in (1, 4):
+        for drafter in (Drafter(), NgramDrafter()):
+            requests = run(shakespeare, prompts, params, parallel=parallel, drafter=drafter)
+            assert [sha(r.output) for r in requests] == solo, (parallel, drafter.name)
+    drafted = run(shakespeare, prompts, params, drafter=NgramDrafter())
+    assert sum(r.stats.accepted for r in drafted) > 0  # the drafts were really used
+
+
+def test_sixteen_streams_equal_solo(shakespeare):
+    prompts = [shakespeare.tokenizer.encode(PROMPTS[i % 4])[: 3 + i] for i in range(16)]
+    params = SamplingParams(max_tokens=12, temperature=0.7, seed=5)
+    solo = [sha(shakespeare.generate(p, 12, temperature=0.7, seed=5)) for p in prompts]
+    requests = run(shakespeare, prompts, params, parallel=16, drafter=NgramDrafter())
+    assert [sha(r.output) for r in requests] == solo
+
+
+def test_control_a_drafter_whose_guesses_are_trusted_is_caught(shakespeare, monkeypatch):
+    """Control: accepting drafted tokens without comparing them to the model's own changes the output."""
+    import tensorfold.engine as engine_module
+    prompt = shakespeare.tokenizer.encode(PROMPTS[0])
+    expected = sha(shakespeare.generate(prompt, 30))
+
+    class Confident(Drafter):
+        def propose(self, tokens, max_rows):
+            return [tokens[-1]] * min(3, max_rows)
+
+    original = engine_module.Engine._sample
+    monkeypatch.setattr(engine_module.Engine, "_sample", lambda self, request, row: original(self, request, row))
+    engine = Engine(shakespeare, drafter=Confident())
+    request = engine.submit(prompt, SamplingParams(max_tokens=30))
+    real_after = engine._after
+
+    def trusting_after(stream, window, logits):  # emits the drafts as if the model had agreed
+        if window.logits_for == "all" and len(window.ids) > 1:
+            for token in window.ids[1:]:
+                if not engine._emit(stream, token):
+                    return
+            stream.state.keep(len(window.ids))
+            stream.next_token = window.ids[-1]
+            return
+        real_after(stream, window, logits)
+
+    engine._after = trusting_after
+    while engine.run_round():
+        pass
+    assert sha(request.output) != expected
+
+
+@pytest.mark.parametrize("chunk", [16, 31, 128])
+def test_prompt_chunk_size_does_not_change_the_output(shakespeare, chunk):
+    prompt = shakespeare.tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\n" * 4)
+    expected = sha(shakespeare.generate(prompt, 10))
+    assert sha(run(shakespeare, [prompt], SamplingParams(max_tokens=10), chunk=chunk)[0].output) == expected
+
+
+def test_refusals_and_cancel(shakespeare):
+    engine = Engine(shakespeare, parallel=2, context=64)
+    with pytest.raises(TensorfoldError, match="maximum context length is 64 tokens"):
+        engine.submit([5] * 60, SamplingParams(max_tokens=10))
+    with pytest.raises(TensorfoldError, match="top_p must be in"):
+        engine.submit([5], SamplingParams(top_p=0))
+    a = engine.submit([5, 6], SamplingParams(max_tokens=50, stop_ids=()))
+    b = engine.submit([5, 6], SamplingParams(max_tokens=5, stop_ids=()))
+    engine.run_round()
+    a.cancel()
+    engine.run_round()
+    assert a.finish_reason == "cancelled" and len(engine.active) == 1
+    while engine.run_round():
+        pass
+    assert b.finish_reason == "length" and len(b.output) == 5
+
+
+def test_engine_thread(shakespeare):
+    engine = Engine(shakespeare, parallel=2, drafter=NgramDrafter())
+    engine.start()
+    try:
+        requests = [engine.submit(shakespeare.tokenizer.encode(p), SamplingParams(max_tokens=8)) for p in PROMPTS]
+        outputs = [r.result() for r in requests]
+    finally:
+        engine.stop()
+    assert outputs == [shakespeare.generate(shakespeare.tokenizer.encode(p), 8) for p in PROMPTS]
