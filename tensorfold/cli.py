@@ -92,6 +92,11 @@ def parser() -> argparse.ArgumentParser:
     contract.add_argument("--gpu", action="store_true", help="on the GPU at real shapes (default: the simulator)")
     contract.add_argument("--only", help="only the kernels whose name contains this")
     contract.set_defaults(run=cmd_contract)
+
+    serve = commands.add_parser("serve", help="the OpenAI-compatible server (same as tensorfold-serve)",
+                                add_help=False)
+    serve.add_argument("serve_args", nargs=argparse.REMAINDER)
+    serve.set_defaults(run=lambda args: serve_main(args.serve_args))
     return top
 
 
@@ -107,6 +112,5 @@ def main(argv=None) -> int:
 
 
 def serve_main(argv=None) -> int:
-    print("tensorfold-serve: the server is not part of this version yet; use `tensorfold generate`",
-          file=sys.stderr)
-    return 2
+    from .serve.main import main as serve
+    return serve(argv)

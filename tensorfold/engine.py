@@ -77,6 +77,12 @@ class Request:
         self.first_token_at: float | None = None
         self._tokens: queue.Queue = queue.Queue()
         self._cancelled = threading.Event()
+        self.listener = None  # called from the engine thread with each token and with FINISHED (the server's hook)
+
+    def _put(self, item) -> None:
+        self._tokens.put(item)
+        if self.listener is not None:
+            self.listener(item)
 
     def cancel(self) -> None:
         """Stop generating; the engine frees the stream's lane at its next round."""
@@ -138,8 +144,9 @@ class Engine:
 
     # --- requests ---------------------------------------------------------------------------------------------
 
-    def submit(self, prompt, params: SamplingParams | None = None) -> Request:
-        """Queue a request; refused at once (TensorfoldError) if it cannot run."""
+    def submit(self, prompt, params: SamplingParams | None = None, listener=None) -> Request:
+        """Queue a request; refused at once (TensorfoldError) if it cannot run. `listener`, if given, is called
+        from the engine thread with every token and finally with FINISHED."""
         params = params or SamplingParams()
         params.check()
         prompt = [int(t) for t in prompt]
@@ -156,6 +163,7 @@ class Engine:
                 f"the completion). Please reduce the length of the messages or completion.")
         seed = secrets.randbits(63) if params.seed is None else int(params.seed)
         request = Request(prompt, params, seed)
+        request.listener = listener
         with self._lock:
             self.waiting.append(request)
             self._lock.notify_all()
@@ -241,7 +249,7 @@ class Engine:
             request.first_token_at = time.perf_counter()
         request.output.append(token)
         request.stats.output_tokens += 1
-        request._tokens.put(token)
+        request._put(token)
         stream.next_token = token
         if len(request.output) >= request.params.max_tokens:
             self._finish(stream, "length")
@@ -253,7 +261,7 @@ class Engine:
             if stream in self.active:
                 self.active.remove(stream)
         stream.request.finish_reason = reason
-        stream.request._tokens.put(FINISHED)
+        stream.request._put(FINISHED)
 
     # --- the engine thread --------------------------------------------------------------------------------------
 
@@ -277,7 +285,7 @@ class Engine:
             if cancel:
                 for request in self.waiting:
                     request.finish_reason = "cancelled"
-                    request._tokens.put(FINISHED)
+                    request._put(FINISHED)
                 self.waiting.clear()
                 for stream in self.active:
                     stream.request.cancel()
@@ -292,3 +300,14 @@ class Engine:
     @property
     def queue_depth(self) -> int:
         return len(self.waiting)
+
+    def stream_bytes(self) -> int:
+        """Memory one stream's cache takes when it holds `context` rows (DeltaNet states, conv tails, keys and
+        values); a window's scan log adds a few rows' worth while it waits to be kept."""
+        c = self.model.config
+        linear = c.layer_types.count("linear_attention")
+        full = len(c.layer_types) - linear
+        per_linear = 4 * (c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
+                          + (c.linear_conv_kernel_dim - 1) * c.conv_dim)
+        per_full = 4 * 2 * self.context * c.num_key_value_heads * c.head_dim
+        return linear * per_linear + full * per_full

@@ -1,0 +1,330 @@
+"""The OpenAI-compatible routes, as a Starlette app over an `Engine` that runs on its own thread.
+
+Handlers never touch the model: they submit requests to the engine and read their tokens from an asyncio queue
+that the engine thread feeds. A client that disconnects cancels its requests, and the engine frees their lanes
+at its next round.
+"""
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+
+import jinja2
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.routing import Route
+
+from ..engine import FINISHED
+from ..errors import TensorfoldError
+from .metrics import Metrics
+from .output import ChatOutput, TextOutput
+from .protocol import APIError, read_generation, read_messages, read_prompt
+
+MAX_BODY_BYTES = 4 << 20
+
+
+def token_sha256(ids) -> str:
+    """sha256 hex of token ids as little-endian int32: the identity of an output across runs and servers."""
+    return hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
+
+
+class Choice:
+    """One choice of a request: its engine request, its text output and its queue of engine events."""
+
+    def __init__(self, index, request, text):
+        self.index, self.request, self.text = index, request, text
+        self.chat: ChatOutput | None = None
+
+    @property
+    def finish_reason(self) -> str:
+        if self.text.stopped or self.request.finish_reason == "stop":
+            return "stop"
+        return {"length": "length", "cancelled": "stop"}.get(self.request.finish_reason, "stop")
+
+
+class Server:
+    """The routes and their shared state: engine, model, names, limits and metrics."""
+
+    def __init__(self, engine, served_model_name: str, api_key: str | None = None, max_queue: int = 64):
+        self.engine, self.model = engine, engine.model
+        self.name, self.api_key, self.max_queue = served_model_name, api_key, max_queue
+        self.metrics = Metrics()
+        self.ready, self.draining = False, False
+        self.created = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        """Start the engine thread with the app; on shutdown (SIGTERM included) stop taking requests, let uvicorn
+        finish the open ones, then cancel what is left and stop the engine."""
+        self.engine.start()
+        self.ready = True
+        try:
+            yield
+        finally:
+            self.draining = True
+            self.engine.stop(cancel=True)
+
+    def app(self) -> Starlette:
+        routes = [Route("/health", self.health), Route("/metrics", self.prometheus),
+                  Route("/v1/models", self.models), Route("/v1/completions", self.completions, methods=["POST"]),
+                  Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                  Route("/tokenize", self.tokenize, methods=["POST"]),
+                  Route("/detokenize", self.detokenize, methods=["POST"])]
+        return Starlette(routes=routes, lifespan=self.lifespan,
+                         exception_handlers={APIError: self.api_error, 404: self.not_found, 405: self.not_allowed})
+
+    # --- plumbing ------------------------------------------------------------------------------------------------
+
+    async def api_error(self, request, error: APIError):
+        self.metrics.add("request_errors_total")
+        headers = {"Retry-After": "1"} if error.status == 429 else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+    async def not_found(self, request, exc):
+        return JSONResponse(APIError(404, f"no route {request.url.path}").body(), status_code=404)
+
+    async def not_allowed(self, request, exc):
+        return JSONResponse(APIError(405, f"{request.method} is not allowed on {request.url.path}").body(),
+                            status_code=405)
+
+    async def body(self, request: Request) -> dict:
+        """The JSON object of a POST, after the auth and size checks."""
+        if self.api_key and request.headers.get("authorization") != f"Bearer {self.api_key}":
+            raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
+        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:
+            raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise APIError(400, f"the body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise APIError(400, "the body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.name:
+            raise APIError(404, f"The model `{model}` does not exist.", "model")
+        if self.draining:
+            raise APIError(503, "the server is shutting down")
+        return body
+
+    def check_auth(self, request: Request) -> None:
+        if self.api_key and request.headers.get("authorization") != f"Bearer {self.api_key}":
+            raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
+
+    # --- simple routes ---------------------------------------------------------------------------------------------
+
+    async def health(self, request):
+        if not self.ready or self.draining:
+            return JSONResponse(APIError(503, "loading" if not self.ready else "draining").body(), status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def prometheus(self, request):
+        return PlainTextResponse(self.metrics.render(self.engine), media_type="text/plain; version=0.0.4")
+
+    async def models(self, request):
+        self.check_auth(request)
+        return JSONResponse({"object": "list", "data": [{
+            "id": self.name, "object": "model", "created": self.created, "owned_by": "tensorfold",
+            "root": self.model.path, "max_model_len": self.engine.context}]})
+
+    async def tokenize(self, request):
+        body = await self.body(request)
+        if "messages" in body:
+            ids = self.render_chat(body)[0]
+        else:
+            ids = self.prompt_ids(body)
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": self.engine.context})
+
+    async def detokenize(self, request):
+        body = await self.body(request)
+        tokens = body.get("tokens")
+        vocab = self.model.config.vocab_size
+        if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
+                                                 for t in tokens)):
+            raise APIError(400, f"tokens must be a list of token ids in 0 .. {vocab - 1}", "tokens")
+        return JSONResponse({"prompt": self.model.tokenizer.decode(tokens)})
+
+    # --- generation ------------------------------------------------------------------------------------------------
+
+    def prompt_ids(self, body) -> list:
+        prompt = read_prompt(body, self.model.config.vocab_size)
+        return self.model.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+
+    def render_chat(self, body) -> tuple:
+        """(prompt ids, whether the prompt opened a think block) for a chat request."""
+        messages = read_messages(body)
+        kwargs = body.get("chat_template_kwargs") or {}
+        tools = body.get("tools")
+        if not isinstance(kwargs, dict):
+            raise APIError(400, "chat_template_kwargs must be an object", "chat_template_kwargs")
+        if tools is not None and not (isinstance(tools, list) and tools and all(isinstance(t, dict) for t in tools)):
+            raise APIError(400, "tools must be a non-empty list of tool objects", "tools")
+        try:
+            text = self.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
+                                                            **{k: v for k, v in kwargs.items() if k != "messages"})
+        except jinja2.TemplateError as e:
+            raise APIError(400, f"the chat template refused these messages: {e}", "messages") from None
+        except TensorfoldError as e:
+            raise APIError(400, str(e), "messages") from None
+        return self.model.tokenizer.encode(text), text.rstrip().endswith("<think>")
+
+    def submit(self, ids, generation, events, loop) -> list:
+        """Submit one engine request per choice; engine events arrive on `events` as (choice index, item)."""
+        if self.engine.queue_depth + generation.n > self.max_queue:
+            raise APIError(429, f"the queue is full ({self.max_queue} requests waiting); retry shortly")
+        choices = []
+        try:
+            for index in range(generation.n):
+                params = generation.params
+                if params.seed is not None and index:
+                    params = type(params)(**{**params.__dict__, "seed": params.seed + index})
+                listener = (lambda i: lambda item: loop.call_soon_threadsafe(events.put_nowait, (i, item)))(index)
+                request = self.engine.submit(ids, params, listener=listener)
+                choices.append(Choice(index, request, TextOutput(self.model.tokenizer, generation.stop)))
+        except TensorfoldError as e:
+            for choice in choices:
+                choice.request.cancel()
+            raise APIError(400, str(e), "messages" if "context length" in str(e) else None) from None
+        self.metrics.add("prompt_tokens_total", len(ids) * len(choices))
+        return choices
+
+    async def events(self, choices, events, http_request):
+        """Yield (choice, token or FINISHED) until every choice has finished; cancel all on disconnect."""
+        open_choices = len(choices)
+        try:
+            while open_choices:
+                try:
+                    index, item = await asyncio.wait_for(events.get(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    if await http_request.is_disconnected():
+                        return
+                    continue
+                choice = choices[index]
+                if item is FINISHED:
+                    open_choices -= 1
+                elif choice.text.stopped:
+                    continue  # tokens the engine made before it saw the cancel
+                yield choice, item
+        finally:
+            for choice in choices:
+                choice.request.cancel()  # a no-op for finished requests; frees the lanes of abandoned ones
+
+    def usage(self, ids, choices) -> dict:
+        completion = sum(len(c.request.output) for c in choices)
+        return {"prompt_tokens": len(ids), "completion_tokens": completion, "total_tokens": len(ids) + completion,
+                "prompt_tokens_details": {"cached_tokens": 0}}
+
+    def account(self, choices, started) -> None:
+        for choice in choices:
+            request = choice.request
+            self.metrics.add("requests_total")
+            self.metrics.add("generation_tokens_total", len(request.output))
+            self.metrics.add("drafted_rows_total", request.stats.drafted)
+            self.metrics.add("accepted_rows_total", request.stats.accepted)
+            if request.first_token_at is not None:
+                self.metrics.first_token.observe(request.first_token_at - request.submitted)
+        self.metrics.latency.observe(time.perf_counter() - started)
+
+    def choice_extras(self, choice) -> dict:
+        r = choice.request
+        return {"token_sha256": token_sha256(r.output),
+                "stats": {"rounds": r.stats.rounds, "drafted": r.stats.drafted, "accepted": r.stats.accepted}}
+
+    async def completions(self, http_request):
+        body = await self.body(http_request)
+        ids = self.prompt_ids(body)
+        generation = read_generation(body, default_max_tokens=16)
+        return await self.generate(http_request, ids, generation, chat=None)
+
+    async def chat_completions(self, http_request):
+        body = await self.body(http_request)
+        ids, thinking = self.render_chat(body)
+        generation = read_generation(body, default_max_tokens=max(1, self.engine.context - len(ids)))
+        return await self.generate(http_request, ids, generation, chat=thinking)
+
+    async def generate(self, http_request, ids, generation, chat):
+        """Run the choices; `chat` is None for /v1/completions, else whether the prompt opened a think block."""
+        started = time.perf_counter()
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+        choices = self.submit(ids, generation, events, loop)
+        for choice in choices:
+            choice.chat = ChatOutput(chat) if chat is not None else None
+        reply_id = ("chatcmpl-" if chat is not None else "cmpl-") + uuid.uuid4().hex
+        head = {"id": reply_id, "created": int(time.time()), "model": self.name}
+        if generation.stream:
+            return StreamingResponse(self.stream(http_request, ids, generation, choices, events, head, started),
+                                     media_type="text/event-stream")
+        async for choice, token in self.events(choices, events, http_request):
+            if token is not FINISHED:
+                choice.text.push(token)
+                if choice.text.stopped:
+                    choice.request.cancel()  # a stop string: no more tokens needed
+        for choice in choices:
+            choice.text.finish()
+            if choice.chat is not None:
+                choice.chat.push(choice.text.text, final=True)
+        self.account(choices, started)
+        if chat is None:
+            body = [{"index": c.index, "text": c.text.text, "logprobs": None, "finish_reason": c.finish_reason,
+                     **self.choice_extras(c)} for c in choices]
+            return JSONResponse({**head, "object": "text_completion", "choices": body,
+                                 "usage": self.usage(ids, choices)})
+        body = []
+        for c in choices:
+            message = {"role": "assistant", "content": c.chat.content}
+            if c.chat.reasoning:
+                message["reasoning_content"] = message["reasoning"] = c.chat.reasoning
+            calls = c.chat.tool_calls()
+            if calls:
+                message["tool_calls"] = calls
+            body.append({"index": c.index, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else c.finish_reason, **self.choice_extras(c)})
+        return JSONResponse({**head, "object": "chat.completion", "choices": body, "usage": self.usage(ids, choices)})
+
+    async def stream(self, http_request, ids, generation, choices, events, head, started):
+        """Server-sent events: one chunk per text delta, a final chunk per choice, usage if asked, [DONE]."""
+        chat = choices[0].chat is not None
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        usage = {"usage": None} if generation.include_usage else {}
+
+        def chunk(choice, delta=None, finish=None, **extra):
+            if chat:
+                item = {"index": choice.index, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+            else:
+                item = {"index": choice.index, "text": (delta or {}).get("content", ""), "logprobs": None,
+                        "finish_reason": finish}
+            return "data: " + json.dumps({**head, "object": kind, "choices": [{**item, **extra}], **usage}) + "\n\n"
+
+        if chat:
+            for choice in choices:
+                yield chunk(choice, {"role": "assistant", "content": ""})
+        async for choice, token in self.events(choices, events, http_request):
+            if token is FINISHED:
+                text = choice.text.finish()
+                reasoning, content = choice.chat.push(text, final=True) if chat else ("", text)
+            else:
+                text = choice.text.push(token)
+                if choice.text.stopped:
+                    choice.request.cancel()
+                reasoning, content = choice.chat.push(text) if chat else ("", text)
+            if reasoning:
+                yield chunk(choice, {"reasoning_content": reasoning, "reasoning": reasoning})
+            if content:
+                yield chunk(choice, {"content": content})
+            if token is FINISHED:
+                calls = choice.chat.tool_calls() if chat else []
+                if calls:
+                    yield chunk(choice, {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
+                yield chunk(choice, finish="tool_calls" if calls else choice.finish_reason,
+                            **self.choice_extras(choice))
+        self.account(choices, started)
+        if generation.include_usage:
+            yield "data: " + json.dumps({**head, "object": kind, "choices": [],
+                                         "usage": self.usage(ids, choices)}) + "\n\n"
+        yield "data: [DONE]\n\n"

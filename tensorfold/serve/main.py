@@ -1,0 +1,72 @@
+"""`tensorfold-serve` (also `tensorfold serve`): load a model, plan its memory, and serve it over HTTP."""
+import argparse
+import os
+import sys
+
+from ..errors import TensorfoldError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tensorfold-serve", description="An OpenAI-compatible server for Qwen3.5 models.")
+    p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
+    p.add_argument("--drafter", default="ngram", help="ngram or none (default ngram)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--parallel", type=int, default=4, help="streams decoded together (default 4)")
+    p.add_argument("--context", type=int, default=None,
+                   help="rows per stream: prompt plus output (default: the model's maximum, at most 32768)")
+    p.add_argument("--chunk", type=int, default=128, help="prompt rows per round (default 128)")
+    p.add_argument("--max-draft", type=int, default=15, help="drafted rows per round and stream (default 15)")
+    p.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
+    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
+    p.add_argument("--api-key", default=os.environ.get("TENSORFOLD_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1 routes (or TENSORFOLD_API_KEY)")
+    p.add_argument("--served-model-name", help="the model id clients send (default: the folder name)")
+    return p
+
+
+def available_bytes(backend) -> int:
+    """Free memory where the caches live: the GPU's for the cuda backend, the host's otherwise."""
+    if backend.name == "cuda":
+        free, _ = backend.cuda.current_context().get_memory_info()
+        return free
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def build(args):
+    """Load the model and make the engine and server; refuses when the plan does not fit."""
+    from ..api import load
+    from ..cli import default_model
+    from ..drafters import make_drafter
+    from ..engine import Engine
+    from .app import Server
+
+    model = load(args.model or default_model(), backend=args.backend)
+    context = args.context or min(model.config.max_position_embeddings, 32768)
+    engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
+                    drafter=make_drafter(args.drafter), max_draft=args.max_draft)
+    streams = engine.stream_bytes() * args.parallel
+    free = available_bytes(model.backend)
+    print(f"model    {model.path}", file=sys.stderr)
+    print(f"backend  {model.backend.name}; drafter {engine.drafter.name}", file=sys.stderr)
+    print(f"memory   weights {model.weight_bytes / 2**20:.1f} MiB + {args.parallel} streams x "
+          f"{engine.stream_bytes() / 2**20:.1f} MiB ({context} rows each) = "
+          f"{(model.weight_bytes + streams) / 2**20:.1f} MiB of {free / 2**20:.0f} MiB free", file=sys.stderr)
+    if streams > free:
+        raise TensorfoldError(f"{args.parallel} streams of {context} rows need {streams / 2**20:.0f} MiB but only "
+                              f"{free / 2**20:.0f} MiB are free: lower --parallel or --context")
+    name = args.served_model_name or os.path.basename(os.path.normpath(model.path))
+    return Server(engine, name, api_key=args.api_key, max_queue=args.max_queue)
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        server = build(args)
+    except TensorfoldError as e:
+        print(f"tensorfold-serve: error: {e}", file=sys.stderr)
+        return 2
+    import uvicorn
+    print(f"serving  {server.name} at http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(server.app(), host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30)
+    return 0

@@ -1,0 +1,112 @@
+"""Reading OpenAI-style request bodies into engine parameters, and the OpenAI error shape.
+
+Every problem with a request becomes an `APIError` with an HTTP status and a message that names the field; the
+app turns it into `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as OpenAI-
+compatible servers do.
+"""
+import dataclasses
+
+from ..engine import SamplingParams
+
+MAX_N = 8  # choices per request
+
+
+class APIError(Exception):
+    """A request the server refuses: status 4xx, a message, and the parameter at fault."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+        self.kind = kind or {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+                             413: "RequestTooLargeError", 429: "RateLimitError",
+                             503: "ServiceUnavailableError"}.get(status, "APIError")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+def _number(body, name, default, low, high, integer=False):
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not low <= value <= high:
+        kind = "an integer" if integer else "a number"
+        raise APIError(400, f"{name} must be {kind} between {low} and {high}, got {value!r}", name)
+    return value
+
+
+@dataclasses.dataclass
+class Generation:
+    """What a completion request asks for, beyond its prompt."""
+    params: SamplingParams
+    n: int
+    stream: bool
+    include_usage: bool
+    stop: list  # stop strings
+
+
+def read_generation(body: dict, default_max_tokens: int) -> Generation:
+    """The sampling and output fields shared by /v1/completions and /v1/chat/completions."""
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    max_tokens = _number({name: max_tokens}, name, default_max_tokens, 1, 1 << 31, integer=True)
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    elif not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop) and len(stop) <= 16):
+        raise APIError(400, "stop must be a non-empty string or a list of up to 16 non-empty strings", "stop")
+    draft = body.get("draft", True)
+    if not isinstance(draft, bool):
+        raise APIError(400, f"draft must be true or false, got {draft!r}", "draft")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise APIError(400, "stream_options must be an object", "stream_options")
+    for unsupported in ("logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):
+        value = body.get(unsupported)
+        if value not in (None, False, 0, 0.0, {}):
+            raise APIError(400, f"{unsupported} is not supported by this server yet", unsupported)
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=float(_number(body, "temperature", 1.0, 0.0, 100.0)),
+        top_p=float(_number(body, "top_p", 1.0, 1e-9, 1.0)),
+        top_k=max(0, _number(body, "top_k", 0, -1, 1 << 30, integer=True)),  # -1 means off, as in vLLM
+        min_p=float(_number(body, "min_p", 0.0, 0.0, 1.0)),
+        seed=_number(body, "seed", None, -(1 << 63), (1 << 64) - 1, integer=True),
+        draft=draft)
+    n = _number(body, "n", 1, 1, MAX_N, integer=True)
+    return Generation(params, n, stream, bool(options.get("include_usage", False)), stop)
+
+
+def read_messages(body: dict) -> list:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "messages must be a non-empty list", "messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise APIError(400, f"messages[{i}] must be an object with a string role", "messages")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise APIError(400, f"messages[{i}].content must be a string or a list of parts", "messages")
+    return messages
+
+
+def read_prompt(body: dict, vocab_size: int):
+    """The prompt of /v1/completions: a string, or a list of token ids (one prompt per request)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad = [t for t in prompt if not 0 <= t < vocab_size]
+        if bad:
+            raise APIError(400, f"prompt token id {bad[0]} is outside the vocabulary (0 .. {vocab_size - 1})",
+                           "prompt")
+        return prompt
+    raise APIError(400, "prompt must be a non-empty string or a non-empty list of token ids (one prompt)", "prompt")
