@@ -16,12 +16,12 @@ class Drafter:
 
 class NgramDrafter(Drafter):
     """Prompt lookup: find the latest earlier occurrence of the stream's last n tokens (n from `longest` down to
-    `shortest`) and propose what followed it. Needs no weights; pays off on text that repeats its context
-    (code edits, quoting, summaries, structured output)."""
+    `shortest`; a single token matches too often to be worth verifying) and propose what followed it. Needs no
+    weights; pays off on text that repeats its context (code edits, quoting, summaries, structured output)."""
 
     name = "ngram"
 
-    def __init__(self, longest: int = 3, shortest: int = 1):
+    def __init__(self, longest: int = 3, shortest: int = 2):
         self.longest, self.shortest = longest, shortest
 
     def propose(self, tokens: list, max_rows: int) -> list:

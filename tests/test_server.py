@@ -1,0 +1,201 @@
+"""tensorfold-serve end to end: a real uvicorn server on loopback, driven by the official `openai` client and by
+raw HTTP for malformed input."""
+import concurrent.futures
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+import tensorfold
+from tensorfold.cli import DEFAULT_MODEL
+from tensorfold.drafters import NgramDrafter
+from tensorfold.engine import Engine
+from tensorfold.serve.app import Server, token_sha256
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Running:
+    """A Server under uvicorn on a background thread."""
+
+    def __init__(self, server: Server):
+        self.server, self.port = server, free_port()
+        self.uvicorn = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=self.port,
+                                                     log_level="warning"))
+        self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
+        self.thread.start()
+        while not self.uvicorn.started:
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
+
+    def stop(self):
+        self.uvicorn.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_hf):
+    return tensorfold.load(tiny_hf, backend="numpy")
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model):
+    running = Running(Server(Engine(tiny_model, parallel=16, context=1024, drafter=NgramDrafter()), "tiny"))
+    yield running
+    running.stop()
+
+
+def test_models_and_health(served):
+    client = served.client()
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert httpx.get(served.url + "/health").json() == {"status": "ok"}
+
+
+def test_chat_sync_and_stream_agree(served, tiny_model):
+    client = served.client()
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who goes there?"}]
+    reply = client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0)
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant" and reply.usage.completion_tokens <= 12
+    assert reply.usage.prompt_tokens_details.cached_tokens == 0
+    prompt = tiny_model.tokenizer.apply_chat_template(messages, tokenize=True)
+    expected = tiny_model.generate(prompt, 12)
+    assert choice.model_extra["token_sha256"] == token_sha256(expected)
+    pieces, finish = [], None
+    for chunk in client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0,
+                                                stream=True):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    assert "".join(pieces) == choice.message.content and finish == choice.finish_reason
+
+
+def test_completions_sync_stream_and_usage(served, tiny_model):
+    client = served.client()
+    reply = client.completions.create(model="tiny", prompt="ROMEO:", max_tokens=10, temperature=0.8, seed=3)
+    expected = tiny_model.generate(tiny_model.tokenizer.encode("ROMEO:"), 10, temperature=0.8, seed=3)
+    assert reply.choices[0].model_extra["token_sha256"] == token_sha256(expected)
+    chunks = list(client.completions.create(model="tiny", prompt="ROMEO:", max_tokens=10, temperature=0.8, seed=3,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(expected)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == reply.choices[0].text
+    draft_off = client.completions.create(model="tiny", prompt="ROMEO:", max_tokens=10, temperature=0.8, seed=3,
+                                          extra_body={"draft": False})
+    assert draft_off.choices[0].model_extra["token_sha256"] == reply.choices[0].model_extra["token_sha256"]
+
+
+def test_stop_strings_and_n(served):
+    client = served.client()
+    full = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=20, temperature=0).choices[0].text
+    stop = full[3:6]
+    assert stop and full.find(stop) == 3
+    cut = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=20, temperature=0, stop=[stop])
+    assert cut.choices[0].text == full[:3] and cut.choices[0].finish_reason == "stop"
+    several = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=6, temperature=1.0, seed=1, n=3)
+    assert [c.index for c in several.choices] == [0, 1, 2]
+
+
+def test_sixteen_concurrent_clients_equal_their_solo_runs(served):
+    client = served.client()
+    prompts = [[3 + i, 40 + 2 * i, 7] for i in range(16)]
+    ask = lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=12, temperature=0.9,  # noqa: E731
+                                              seed=7).choices[0].model_extra["token_sha256"]
+    solo = [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(ask, prompts))
+    assert together == solo
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (b'{"model": "other", "prompt": "x"}', 404, "does not exist"),
+    (b'{"prompt": "x", "temperature": -1}', 400, "temperature"),
+    (b'{"prompt": "x", "max_tokens": "ten"}', 400, "max_tokens"),
+    (b'{"prompt": "x", "n": 99}', 400, "n must be"),
+    (b'{"prompt": ""}', 400, "prompt"),
+    (b'{"prompt": [1, 99999999]}', 400, "outside the vocabulary"),
+    (b'{"prompt": "x", "max_tokens": 5000}', 400, "maximum context length is 1024 tokens"),
+    (b'{"prompt": "x", "logprobs": 2}', 400, "not supported"),
+    (b'{"prompt": "x", "stop": [3]}', 400, "stop"),
+])
+def test_bad_completions_get_400s_in_openai_shape(served, body, status, message):
+    reply = httpx.post(served.url + "/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == status
+    error = reply.json()["error"]
+    assert message in error["message"] and error["code"] == status
+
+
+def test_bad_chat_requests(served):
+    post = lambda body: httpx.post(served.url + "/v1/chat/completions", json=body)  # noqa: E731
+    assert post({"messages": []}).status_code == 400
+    assert post({"messages": [{"content": "no role"}]}).status_code == 400
+    late_system = [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]
+    assert "chat template" in post({"messages": late_system}).json()["error"]["message"]
+    assert httpx.get(served.url + "/v1/chat/completions").status_code == 405
+
+
+def test_tokenize_detokenize_and_metrics(served, tiny_model):
+    ids = httpx.post(served.url + "/tokenize", json={"prompt": "ROMEO: hi"}).json()["tokens"]
+    assert ids == tiny_model.tokenizer.encode("ROMEO: hi")
+    assert httpx.post(served.url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "ROMEO: hi"
+    metrics = httpx.get(served.url + "/metrics").text
+    for name in ("tensorfold_requests_total", "tensorfold_rounds_total", "tensorfold_queue_depth",
+                 "tensorfold_accepted_rows_total", "tensorfold_request_seconds_bucket"):
+        assert name in metrics
+
+
+def test_disconnect_frees_the_lane(served):
+    with httpx.stream("POST", served.url + "/v1/completions",
+                      json={"prompt": "x", "max_tokens": 900, "stream": True, "temperature": 0}) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data:"):
+                break  # hang up after the first token
+    deadline = time.time() + 10
+    while served.server.engine.active and time.time() < deadline:
+        time.sleep(0.05)
+    assert not served.server.engine.active
+
+
+def test_api_key_and_full_queue(tiny_model):
+    running = Running(Server(Engine(tiny_model, parallel=1, context=256), "tiny", api_key="sesame", max_queue=0))
+    try:
+        assert httpx.post(running.url + "/v1/completions", json={"prompt": "x"}).status_code == 401
+        with pytest.raises(openai.AuthenticationError):
+            running.client(api_key="wrong").completions.create(model="tiny", prompt="x")
+        reply = httpx.post(running.url + "/v1/completions", json={"prompt": "x"},
+                           headers={"authorization": "Bearer sesame"})
+        assert reply.status_code == 429 and reply.headers["retry-after"] == "1"
+        assert httpx.get(running.url + "/health").status_code == 200  # health stays open
+    finally:
+        running.stop()
+
+
+def test_default_model_chat_is_shakespeare():
+    model = tensorfold.load(DEFAULT_MODEL, backend="numpy")
+    running = Running(Server(Engine(model, parallel=2, context=512), "tiny-shakespeare"))
+    try:
+        started = time.time()
+        reply = running.client().chat.completions.create(
+            model="tiny-shakespeare", messages=[{"role": "user", "content": "Speak, friend."}], max_tokens=40,
+            temperature=0.7, seed=2)
+        elapsed = time.time() - started
+        text = reply.choices[0].message.content
+        assert reply.usage.completion_tokens >= 20 and elapsed < 60
+        words = [w.strip(".,;:!?'") for w in text.split()]
+        english = {"the", "and", "i", "to", "of", "my", "you", "a", "that", "is", "in", "not", "me", "it", "thou",
+                   "thy", "with", "be", "your", "his", "this", "for", "but", "have", "so", "he", "will", "what"}
+        assert sum(w.lower() in english for w in words) >= 3, text
+    finally:
+        running.stop()
