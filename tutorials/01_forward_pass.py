@@ -17,14 +17,13 @@ Run it with ``python tutorials/01_forward_pass.py``; it needs no GPU and no netw
 """
 
 # %%
-# A tiny random checkpoint
-# ------------------------
-# `make_tiny` writes a random four-layer model (three DeltaNet layers, then one attention layer) with a small
-# byte-level BPE tokenizer of its own. Its matrices are stored as bf16. We load it on the NumPy backend, which
-# runs the same twins that we are about to call by hand.
+# The default model
+# -----------------
+# tensorfold ships a tiny Qwen3.5 trained on Shakespeare's plays (`tensorfold/models/tiny-shakespeare`): eight
+# layers (three DeltaNet layers, then one attention layer, twice), in MLX 4-bit. We load it on the NumPy backend,
+# which runs the same twins that we are about to call by hand.
 import math
 import sys
-import tempfile
 
 import numpy as np
 
@@ -33,14 +32,12 @@ from tensorfold.cuda.attention import attention_merge, attention_partial
 from tensorfold.cuda.conv import causal_conv
 from tensorfold.cuda.deltanet import deltanet_gates, deltanet_scan
 from tensorfold.cuda.elementwise import sigmoid_mul, silu_mul
-from tensorfold.cuda.gemv import bf16_to_f32, gemv_bf16
+from tensorfold.cuda.gemv import affine_rows, gemv_affine
 from tensorfold.cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
 from tensorfold.cuda.rope import rope
-from tensorfold.model.tiny import make_tiny
+from tensorfold.cli import DEFAULT_MODEL
 
-workdir = tempfile.TemporaryDirectory()
-make_tiny(workdir.name, seed=0)
-model = tensorfold.load(workdir.name, backend="numpy")
+model = tensorfold.load(DEFAULT_MODEL, backend="numpy")
 c = model.config
 w = model.net.weights  # canonical names -> Linear (matrices) or float32 arrays (norm multipliers, conv, gates)
 print(f"layers: {c.layer_types}")
@@ -72,22 +69,23 @@ def show(label, array):
 # Matrices go through the GEMV twin
 # ---------------------------------
 # Every matrix product is `gemv`: one block of 128 threads per output, each thread walking the columns
-# t, t + 128, ... with fma32, then a fixed tree over the 128 partial sums. bf16 weights are kept as their 16-bit
-# patterns and widened to float32 inside the loop (exactly: bf16 is the top half of a float32).
+# t, t + 128, ... with fma32, then a fixed tree over the 128 partial sums. 4-bit weights stay packed, eight codes
+# to a uint32 word, and are dequantized inside the loop: weight = scale * code + bias, per group of 64 columns.
 
 
 def linear(x, name):
     """x [rows, in] @ W.T for the matrix `name`, through the GEMV twin."""
     weight = w[name]
-    check(weight.kind == "bf16", f"{name} is {weight.kind}; this tutorial's checkpoint stores bf16")
-    return gemv_bf16(x, weight.data)
+    check(weight.kind == "affine", f"{name} is {weight.kind}; the default model is 4-bit")
+    return gemv_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
 
 
 # %%
 # Embedding
 # ---------
-# The embedding is a row lookup: no scaling, just the rows of `embed_tokens` widened from bf16.
-h = bf16_to_f32(w["embed_tokens.weight"].data[ids])  # [rows, hidden]
+# The embedding is a row lookup: no scaling, just the rows of `embed_tokens`, dequantized (only those rows).
+e = w["embed_tokens.weight"]
+h = affine_rows(e.data, e.scales, e.biases, e.bits, e.group_size, np.asarray(ids))  # [rows, hidden]
 print("embedding")
 show("h", h)
 
@@ -174,7 +172,8 @@ def mlp(x, p):
 # All layers, then the head
 # -------------------------
 # Each layer is two pre-norm residual blocks. The norm weights were turned into multipliers by the loader
-# (`1 + w` for Qwen3.5's centred norms), so `rmsnorm` only multiplies. A final norm and `lm_head` give the logits.
+# (`1 + w` for Qwen3.5's centred norms), so `rmsnorm` only multiplies. A final norm and the head give the logits;
+# this model ties its head to the embedding, so the head is `embed_tokens` used as a matrix.
 for i, kind in enumerate(c.layer_types):
     p = f"layers.{i}."
     print(f"layer {i}: {kind}")
@@ -182,7 +181,8 @@ for i, kind in enumerate(c.layer_types):
     h = h + (deltanet_layer(x, i) if kind == "linear_attention" else attention_layer(x, i))
     x = rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
     h = h + mlp(x, p + "mlp.")
-logits = linear(rmsnorm(h, w["norm.weight"], c.rms_norm_eps), "lm_head.weight")
+head = "embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
+logits = linear(rmsnorm(h, w["norm.weight"], c.rms_norm_eps), head)
 print("head")
 show("logits", logits)
 
@@ -215,4 +215,3 @@ check(np.array_equal(stepped, reference),
       f"one-row steps differ from the whole prompt: max |diff| {np.abs(stepped - reference).max():.3g}")
 print(f"prompt of {split} rows + {len(ids) - split} one-row steps == whole prompt, bit for bit")
 
-workdir.cleanup()
