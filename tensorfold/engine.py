@@ -38,6 +38,9 @@ class SamplingParams:
     seed: int | None = None
     stop_ids: tuple | None = None  # None: the model's own stop ids
     draft: bool = True
+    presence_penalty: float = 0.0  # subtracted from a token's logit once it has been generated
+    frequency_penalty: float = 0.0  # subtracted once per time it has been generated
+    logprobs: int | None = None  # None: none; k >= 0: the chosen token's log-probability and the top k
 
     def check(self) -> None:
         problems = []
@@ -51,6 +54,11 @@ class SamplingParams:
             problems.append(f"top_k must be a non-negative integer, got {self.top_k!r}")
         if not 0 <= self.min_p <= 1:
             problems.append(f"min_p must be in [0, 1], got {self.min_p!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                problems.append(f"{name} must be between -2 and 2, got {getattr(self, name)!r}")
+        if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= 20):
+            problems.append(f"top_logprobs must be an integer between 0 and 20, got {self.logprobs!r}")
         if problems:
             raise TensorfoldError("; ".join(problems))
 
@@ -71,6 +79,8 @@ class Request:
         self.prompt, self.params, self.seed = prompt, params, seed
         self.stats = RequestStats(prompt_tokens=len(prompt))
         self.output: list = []
+        self.logprobs: list = []  # per output token, when asked: (its log-probability, [(id, log-probability)...])
+        self.counts: dict = {}  # output token -> times generated (for the penalties)
         self.finish_reason: str | None = None
         self.error: Exception | None = None
         self.submitted = time.perf_counter()
@@ -106,6 +116,16 @@ class Request:
         for _ in self:
             pass
         return self.output
+
+
+def log_probabilities(logits_row, token: int, top: int) -> tuple:
+    """(log-probability of `token`, the `top` most likely (id, log-probability) pairs) under softmax(logits), in
+    float64; ties in the top list go to the lower id."""
+    row = np.asarray(logits_row, np.float64)
+    shifted = row - row.max()
+    logp = shifted - np.log(np.exp(shifted).sum())
+    best = np.argsort(-logp, kind="stable")[:top]
+    return float(logp[token]), [(int(i), float(logp[i])) for i in best]
 
 
 class Stream:
@@ -234,9 +254,19 @@ class Engine:
             stream.state.keep(kept)
 
     def _sample(self, request: Request, logits_row) -> int:
+        """The token for the request's next output position. Penalties and logprobs depend only on the output so
+        far, which a drafted row and a one-row step share, so they keep drafted output equal to undrafted."""
         p = request.params
-        return self.model.backend.sample(logits_row, request.seed, len(request.output), p.temperature, p.top_k,
-                                         p.top_p, p.min_p)
+        if (p.presence_penalty or p.frequency_penalty) and request.counts:
+            logits_row = np.array(logits_row, np.float32, copy=True)
+            seen = np.fromiter(request.counts, np.int64)
+            times = np.fromiter(request.counts.values(), np.float32)
+            logits_row[seen] -= np.float32(p.presence_penalty) + np.float32(p.frequency_penalty) * times
+        token = self.model.backend.sample(logits_row, request.seed, len(request.output), p.temperature, p.top_k,
+                                          p.top_p, p.min_p)
+        if p.logprobs is not None:
+            request.logprobs.append(log_probabilities(logits_row, token, p.logprobs))
+        return token
 
     def _emit(self, stream: Stream, token: int) -> bool:
         """Hand out one sampled token; False when the request has ended."""
@@ -248,6 +278,7 @@ class Engine:
         if request.first_token_at is None:
             request.first_token_at = time.perf_counter()
         request.output.append(token)
+        request.counts[token] = request.counts.get(token, 0) + 1
         request.stats.output_tokens += 1
         request._put(token)
         stream.next_token = token

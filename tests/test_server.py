@@ -127,7 +127,9 @@ def test_sixteen_concurrent_clients_equal_their_solo_runs(served):
     (b'{"prompt": ""}', 400, "prompt"),
     (b'{"prompt": [1, 99999999]}', 400, "outside the vocabulary"),
     (b'{"prompt": "x", "max_tokens": 5000}', 400, "maximum context length is 1024 tokens"),
-    (b'{"prompt": "x", "logprobs": 2}', 400, "not supported"),
+    (b'{"prompt": "x", "logit_bias": {"5": 1}}', 400, "not supported"),
+    (b'{"prompt": "x", "logprobs": 99}', 400, "logprobs"),
+    (b'{"prompt": "x", "presence_penalty": 3}', 400, "presence_penalty"),
     (b'{"prompt": "x", "stop": [3]}', 400, "stop"),
 ])
 def test_bad_completions_get_400s_in_openai_shape(served, body, status, message):
@@ -199,3 +201,24 @@ def test_default_model_chat_is_shakespeare():
         assert sum(w.lower() in english for w in words) >= 3, text
     finally:
         running.stop()
+
+
+def test_logprobs_and_penalties(served, tiny_model):
+    client = served.client()
+    reply = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=6, temperature=0, logprobs=3)
+    lp = reply.choices[0].logprobs
+    assert len(lp.token_logprobs) == 6 and all(1 <= len(top) <= 3 for top in lp.top_logprobs)  # keyed by text
+    assert all(v <= 0 for v in lp.token_logprobs)
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                          temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 4 and content[0].top_logprobs[0].logprob >= content[0].top_logprobs[1].logprob
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], top_logprobs=2)
+    plain = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=24, temperature=0)
+    penalised = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=24, temperature=0,
+                                          frequency_penalty=2.0, presence_penalty=2.0)
+    assert plain.choices[0].text != penalised.choices[0].text
+    drafted = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=24, temperature=0,
+                                        frequency_penalty=2.0, presence_penalty=2.0, extra_body={"draft": False})
+    assert drafted.choices[0].model_extra["token_sha256"] == penalised.choices[0].model_extra["token_sha256"]

@@ -38,6 +38,8 @@ class Choice:
     def __init__(self, index, request, text):
         self.index, self.request, self.text = index, request, text
         self.chat: ChatOutput | None = None
+        self.tokens_seen = 0  # tokens handled so far (their logprobs are request.logprobs[:tokens_seen])
+        self.logprobs_sent = 0
 
     @property
     def finish_reason(self) -> str:
@@ -231,6 +233,24 @@ class Server:
                 self.metrics.first_token.observe(request.first_token_at - request.submitted)
         self.metrics.latency.observe(time.perf_counter() - started)
 
+    def logprobs(self, choice, chat: bool, everything: bool = True):
+        """OpenAI's logprobs object for the tokens handled since the last call (all of them if `everything`)."""
+        request = choice.request
+        if request.params.logprobs is None:
+            return None
+        first = 0 if everything else choice.logprobs_sent
+        entries = request.logprobs[first:choice.tokens_seen]
+        ids = request.output[first:choice.tokens_seen]
+        choice.logprobs_sent = choice.tokens_seen
+        piece = lambda token: self.model.tokenizer.decode([token])  # noqa: E731
+        if chat:
+            return {"content": [{"token": piece(t), "logprob": lp, "bytes": list(piece(t).encode()),
+                                 "top_logprobs": [{"token": piece(i), "logprob": v, "bytes": list(piece(i).encode())}
+                                                  for i, v in top]}
+                                for t, (lp, top) in zip(ids, entries)]}
+        return {"tokens": [piece(t) for t in ids], "token_logprobs": [lp for lp, _ in entries],
+                "top_logprobs": [{piece(i): v for i, v in top} for _, top in entries]}
+
     def choice_extras(self, choice) -> dict:
         r = choice.request
         return {"token_sha256": token_sha256(r.output),
@@ -239,13 +259,13 @@ class Server:
     async def completions(self, http_request):
         body = await self.body(http_request)
         ids = self.prompt_ids(body)
-        generation = read_generation(body, default_max_tokens=16)
+        generation = read_generation(body, default_max_tokens=16, chat=False)
         return await self.generate(http_request, ids, generation, chat=None)
 
     async def chat_completions(self, http_request):
         body = await self.body(http_request)
         ids, thinking = self.render_chat(body)
-        generation = read_generation(body, default_max_tokens=max(1, self.engine.context - len(ids)))
+        generation = read_generation(body, default_max_tokens=max(1, self.engine.context - len(ids)), chat=True)
         return await self.generate(http_request, ids, generation, chat=thinking)
 
     async def generate(self, http_request, ids, generation, chat):
@@ -262,6 +282,7 @@ class Server:
                                      media_type="text/event-stream")
         async for choice, token in self.events(choices, events, http_request):
             if token is not FINISHED:
+                choice.tokens_seen += 1
                 choice.text.push(token)
                 if choice.text.stopped:
                     choice.request.cancel()  # a stop string: no more tokens needed
@@ -271,7 +292,8 @@ class Server:
                 choice.chat.push(choice.text.text, final=True)
         self.account(choices, started)
         if chat is None:
-            body = [{"index": c.index, "text": c.text.text, "logprobs": None, "finish_reason": c.finish_reason,
+            body = [{"index": c.index, "text": c.text.text, "logprobs": self.logprobs(c, chat=False),
+                     "finish_reason": c.finish_reason,
                      **self.choice_extras(c)} for c in choices]
             return JSONResponse({**head, "object": "text_completion", "choices": body,
                                  "usage": self.usage(ids, choices)})
@@ -283,7 +305,7 @@ class Server:
             calls = c.chat.tool_calls()
             if calls:
                 message["tool_calls"] = calls
-            body.append({"index": c.index, "message": message, "logprobs": None,
+            body.append({"index": c.index, "message": message, "logprobs": self.logprobs(c, chat=True),
                          "finish_reason": "tool_calls" if calls else c.finish_reason, **self.choice_extras(c)})
         return JSONResponse({**head, "object": "chat.completion", "choices": body, "usage": self.usage(ids, choices)})
 
@@ -294,10 +316,11 @@ class Server:
         usage = {"usage": None} if generation.include_usage else {}
 
         def chunk(choice, delta=None, finish=None, **extra):
+            logprobs = self.logprobs(choice, chat, everything=False) if delta else None
             if chat:
-                item = {"index": choice.index, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+                item = {"index": choice.index, "delta": delta or {}, "logprobs": logprobs, "finish_reason": finish}
             else:
-                item = {"index": choice.index, "text": (delta or {}).get("content", ""), "logprobs": None,
+                item = {"index": choice.index, "text": (delta or {}).get("content", ""), "logprobs": logprobs,
                         "finish_reason": finish}
             return "data: " + json.dumps({**head, "object": kind, "choices": [{**item, **extra}], **usage}) + "\n\n"
 
@@ -309,6 +332,7 @@ class Server:
                 text = choice.text.finish()
                 reasoning, content = choice.chat.push(text, final=True) if chat else ("", text)
             else:
+                choice.tokens_seen += 1
                 text = choice.text.push(token)
                 if choice.text.stopped:
                     choice.request.cancel()

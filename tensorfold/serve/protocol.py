@@ -46,7 +46,21 @@ class Generation:
     stop: list  # stop strings
 
 
-def read_generation(body: dict, default_max_tokens: int) -> Generation:
+def read_logprobs(body: dict, chat: bool):
+    """None, or how many alternatives to report per token: chat's `logprobs: true` + `top_logprobs: k`, or the
+    completions API's `logprobs: k`."""
+    if chat:
+        wanted = body.get("logprobs")
+        if wanted not in (None, True, False):
+            raise APIError(400, f"logprobs must be true or false, got {wanted!r}", "logprobs")
+        top = _number(body, "top_logprobs", 0, 0, 20, integer=True)
+        if top and not wanted:
+            raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+        return top if wanted else None
+    return _number(body, "logprobs", None, 0, 20, integer=True)
+
+
+def read_generation(body: dict, default_max_tokens: int, chat: bool) -> Generation:
     """The sampling and output fields shared by /v1/completions and /v1/chat/completions."""
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
@@ -67,10 +81,8 @@ def read_generation(body: dict, default_max_tokens: int) -> Generation:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise APIError(400, "stream_options must be an object", "stream_options")
-    for unsupported in ("logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):
-        value = body.get(unsupported)
-        if value not in (None, False, 0, 0.0, {}):
-            raise APIError(400, f"{unsupported} is not supported by this server yet", unsupported)
+    if body.get("logit_bias") not in (None, {}):
+        raise APIError(400, "logit_bias is not supported by this server yet", "logit_bias")
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=float(_number(body, "temperature", 1.0, 0.0, 100.0)),
@@ -78,6 +90,9 @@ def read_generation(body: dict, default_max_tokens: int) -> Generation:
         top_k=max(0, _number(body, "top_k", 0, -1, 1 << 30, integer=True)),  # -1 means off, as in vLLM
         min_p=float(_number(body, "min_p", 0.0, 0.0, 1.0)),
         seed=_number(body, "seed", None, -(1 << 63), (1 << 64) - 1, integer=True),
+        presence_penalty=float(_number(body, "presence_penalty", 0.0, -2.0, 2.0)),
+        frequency_penalty=float(_number(body, "frequency_penalty", 0.0, -2.0, 2.0)),
+        logprobs=read_logprobs(body, chat),
         draft=draft)
     n = _number(body, "n", 1, 1, MAX_N, integer=True)
     return Generation(params, n, stream, bool(options.get("include_usage", False)), stop)
