@@ -1,5 +1,6 @@
 """Lane rounds and the exactness contract: a window's rows equal one-row steps, drafted equals undrafted,
 concurrent equals solo. Each property has a planted control that breaks it."""
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -197,3 +198,13 @@ def test_engine_thread(tiny):
     finally:
         engine.stop()
     assert outputs == [tiny.generate(tiny.tokenizer.encode(p), 8) for p in PROMPTS]
+
+
+def test_penalties_change_repetitive_text_and_keep_drafting_exact(shakespeare):
+    prompt = shakespeare.tokenizer.encode(PROMPTS[0])
+    plain = run(shakespeare, [prompt], SamplingParams(max_tokens=24), drafter=NgramDrafter())[0]
+    penalised = SamplingParams(max_tokens=24, presence_penalty=1.0, frequency_penalty=1.0)
+    drafted = run(shakespeare, [prompt], penalised, drafter=NgramDrafter())[0]
+    undrafted = run(shakespeare, [prompt], dataclasses.replace(penalised, draft=False))[0]
+    assert drafted.output == undrafted.output != plain.output
+    assert len(set(drafted.output)) > len(set(plain.output))  # the penalties break the loop
