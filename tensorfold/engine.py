@@ -66,6 +66,7 @@ class SamplingParams:
 @dataclasses.dataclass
 class RequestStats:
     rounds: int = 0
+    cached_tokens: int = 0  # prompt tokens resumed from the prompt cache
     drafted: int = 0  # drafted rows verified
     accepted: int = 0  # drafted rows accepted
     prompt_tokens: int = 0
@@ -145,7 +146,7 @@ class Engine:
     """Up to `parallel` streams, each running one window per round through one forward of the model."""
 
     def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
-                 drafter: Drafter | None = None, max_draft: int = 15):
+                 drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None):
         if parallel < 1 or chunk < 1 or max_draft < 0:
             raise TensorfoldError(f"parallel ({parallel}) and chunk ({chunk}) must be positive, max_draft "
                                   f"({max_draft}) non-negative")
@@ -155,6 +156,9 @@ class Engine:
             raise TensorfoldError(f"context {self.context} exceeds the model's max_position_embeddings "
                                   f"({model.config.max_position_embeddings})")
         self.drafter = drafter or Drafter()
+        self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
+        if prompt_cache is not None and prompt_cache.chunk != chunk:
+            raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
         self.active: list = []
         self.rounds = 0
@@ -202,7 +206,7 @@ class Engine:
         """One round over every active stream; returns False when there was nothing to do."""
         with self._lock:
             while self.waiting and len(self.active) < self.parallel:
-                self.active.append(Stream(self.waiting.pop(0), self.model.net.new_state()))
+                self.active.append(self._admit(self.waiting.pop(0)))
             for stream in [s for s in self.active if s.request.cancelled]:
                 self._finish(stream, "cancelled")
             streams = list(self.active)
@@ -221,6 +225,15 @@ class Engine:
         self.rounds += 1
         return True
 
+    def _admit(self, request: Request) -> Stream:
+        """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
+        stream = Stream(request, self.model.net.new_state())
+        snapshot = self.prompt_cache.lookup(request.prompt) if self.prompt_cache is not None else None
+        if snapshot is not None:
+            snapshot.restore(stream.state)
+            stream.prompt_fed = request.stats.cached_tokens = snapshot.length
+        return stream
+
     def _window(self, stream: Stream) -> Window:
         """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain."""
         prompt = stream.request.prompt
@@ -238,6 +251,8 @@ class Engine:
         if window.logits_for == "last":  # a prompt chunk
             stream.state.keep(len(window.ids))
             stream.prompt_fed += len(window.ids)
+            if self.prompt_cache is not None and stream.prompt_fed in self.prompt_cache.marks(len(request.prompt)):
+                self.prompt_cache.store(request.prompt[:stream.prompt_fed], stream.state)
             if stream.prompt_fed == len(request.prompt):
                 self._emit(stream, self._sample(request, logits[-1]))
             return

@@ -14,6 +14,7 @@ import tensorfold
 from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.drafters import NgramDrafter
 from tensorfold.engine import Engine
+from tensorfold.prompt_cache import PromptCache
 from tensorfold.serve.app import Server, token_sha256
 
 
@@ -51,7 +52,9 @@ def tiny_model(tiny_hf):
 
 @pytest.fixture(scope="module")
 def served(tiny_model):
-    running = Running(Server(Engine(tiny_model, parallel=16, context=1024, drafter=NgramDrafter()), "tiny"))
+    engine = Engine(tiny_model, parallel=16, context=1024, drafter=NgramDrafter(), chunk=32,
+                    prompt_cache=PromptCache(64 << 20, 32, spacing=64))
+    running = Running(Server(engine, "tiny"))
     yield running
     running.stop()
 
@@ -220,3 +223,37 @@ def test_logprobs_and_penalties(served, tiny_model):
     drafted = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=24, temperature=0,
                                         frequency_penalty=2.0, presence_penalty=2.0, extra_body={"draft": False})
     assert drafted.choices[0].model_extra["token_sha256"] == penalised.choices[0].model_extra["token_sha256"]
+
+
+def test_resumed_prompt_equals_fresh(served, tiny_model):
+    client = served.client()
+    prompt = list(range(10, 150))
+    ask = lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=8, temperature=0.8, seed=9)  # noqa
+    first, again = ask(prompt), ask(prompt)
+    extended = ask(prompt + [7, 8, 9])
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == 128  # the last 32-row chunk boundary before 140
+    assert extended.usage.prompt_tokens_details.cached_tokens == 128
+    fresh = tiny_model.generate(prompt, 8, temperature=0.8, seed=9)
+    assert first.choices[0].model_extra["token_sha256"] == again.choices[0].model_extra["token_sha256"] \
+        == token_sha256(fresh)
+    assert extended.choices[0].model_extra["token_sha256"] == token_sha256(
+        tiny_model.generate(prompt + [7, 8, 9], 8, temperature=0.8, seed=9))
+    assert "tensorfold_prompt_cache_hits_total" in httpx.get(served.url + "/metrics").text
+
+
+def test_prompt_cache_evicts_least_recently_used(tiny_model):
+    from tensorfold.model.qwen35 import Window  # noqa: F401  (the cache stores StreamStates)
+    state = tiny_model.net.new_state()
+    tiny_model.net.forward(list(range(1, 33)), state)
+    cache = PromptCache(1, 32)
+    cache.store(list(range(1, 33)), state)
+    assert not cache.entries  # larger than the whole budget: not kept
+    one = __import__("tensorfold.prompt_cache", fromlist=["Snapshot"]).Snapshot(state).nbytes
+    cache = PromptCache(2 * one, 32)
+    for first in (1, 2, 3):
+        s = tiny_model.net.new_state()
+        tiny_model.net.forward(list(range(first, first + 32)), s)
+        cache.store(list(range(first, first + 32)), s)
+    assert len(cache.entries) == 2 and cache.lookup(list(range(1, 40))) is None  # the oldest went first
+    assert cache.lookup(list(range(3, 40))).length == 32

@@ -220,7 +220,7 @@ class Server:
     def usage(self, ids, choices) -> dict:
         completion = sum(len(c.request.output) for c in choices)
         return {"prompt_tokens": len(ids), "completion_tokens": completion, "total_tokens": len(ids) + completion,
-                "prompt_tokens_details": {"cached_tokens": 0}}
+                "prompt_tokens_details": {"cached_tokens": max(c.request.stats.cached_tokens for c in choices)}}
 
     def account(self, choices, started) -> None:
         for choice in choices:
@@ -229,6 +229,7 @@ class Server:
             self.metrics.add("generation_tokens_total", len(request.output))
             self.metrics.add("drafted_rows_total", request.stats.drafted)
             self.metrics.add("accepted_rows_total", request.stats.accepted)
+            self.metrics.add("prompt_cache_hits_total", int(request.stats.cached_tokens > 0))
             if request.first_token_at is not None:
                 self.metrics.first_token.observe(request.first_token_at - request.submitted)
         self.metrics.latency.observe(time.perf_counter() - started)
@@ -254,7 +255,8 @@ class Server:
     def choice_extras(self, choice) -> dict:
         r = choice.request
         return {"token_sha256": token_sha256(r.output),
-                "stats": {"rounds": r.stats.rounds, "drafted": r.stats.drafted, "accepted": r.stats.accepted}}
+                "stats": {"rounds": r.stats.rounds, "drafted": r.stats.drafted, "accepted": r.stats.accepted,
+                          "cached_tokens": r.stats.cached_tokens}}
 
     async def completions(self, http_request):
         body = await self.body(http_request)
