@@ -1,4 +1,5 @@
-"""The `tensorfold` command: `generate`, `make-tiny`, `contract` (and `tensorfold-serve`, the server's entry point)."""
+"""The `tensorfold` command: `generate`, `make-tiny`, `contract`, `serve` and `bench` (`tensorfold-serve` is
+`tensorfold serve`)."""
 import argparse
 import os
 import sys
@@ -92,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
     contract.add_argument("--gpu", action="store_true", help="on the GPU at real shapes (default: the simulator)")
     contract.add_argument("--only", help="only the kernels whose name contains this")
     contract.set_defaults(run=cmd_contract)
+
+    from .bench import add_parser as add_bench
+    add_bench(commands)
 
     serve = commands.add_parser("serve", help="the OpenAI-compatible server (same as tensorfold-serve)",
                                 add_help=False)

@@ -257,3 +257,14 @@ def test_prompt_cache_evicts_least_recently_used(tiny_model):
         cache.store(list(range(first, first + 32)), s)
     assert len(cache.entries) == 2 and cache.lookup(list(range(1, 40))) is None  # the oldest went first
     assert cache.lookup(list(range(3, 40))).length == 32
+
+
+def test_bench_commands_against_the_server(served, capsys):
+    from tensorfold.cli import main
+    common = ["--url", served.url, "--max-tokens", "6"]
+    assert main(["bench", "concurrent", *common, "--levels", "1,4", "--alone", "--serial", "--json"]) == 0
+    assert "x4   4 requests: 0 unequal, 0 failed" in capsys.readouterr().out
+    assert main(["bench", "cache", *common, "--repeat", "3", "--require-reuse"]) == 0
+    assert "replies equal" in capsys.readouterr().out
+    assert main(["bench", "openai", *common, "--reps", "1"]) == 0
+    assert "tok/s" in capsys.readouterr().out
