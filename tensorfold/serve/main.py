@@ -71,7 +71,14 @@ def main(argv=None) -> int:
     except TensorfoldError as e:
         print(f"tensorfold-serve: error: {e}", file=sys.stderr)
         return 2
+    import signal
+
     import uvicorn
     print(f"serving  {server.name} at http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    # uvicorn handles SIGINT/SIGTERM itself (stop accepting, finish open requests, run the app's shutdown) and then
+    # re-raises the signal to the handler it found: a no-op one lets a drained server exit with status 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
     uvicorn.run(server.app(), host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30)
+    print(f"stopped  after {server.metrics.values['requests_total']} requests", file=sys.stderr, flush=True)
     return 0

@@ -1,0 +1,88 @@
+"""Hostile input: random bodies on every route never produce a 5xx and never take the server down; SIGTERM drains
+and exits cleanly."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorfold
+from tensorfold.engine import Engine
+from tensorfold.serve.app import Server
+
+from test_server import Running, free_port
+
+ROUTES = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]
+FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+          "min_p", "seed", "stop", "n", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty",
+          "frequency_penalty", "chat_template_kwargs", "tools", "draft", "tokens", "logit_bias"]
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                    st.text(max_size=20))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                      max_leaves=10)
+message = st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]),
+                                 "content": st.one_of(st.text(max_size=30), values)})
+bodies = st.one_of(
+    st.dictionaries(st.sampled_from(FIELDS), values, max_size=6),
+    st.fixed_dictionaries({"prompt": st.one_of(st.text(min_size=1, max_size=30),
+                                               st.lists(st.integers(-5, 600), min_size=1, max_size=8))},
+                          optional={k: values for k in FIELDS if k != "prompt"}),
+    st.fixed_dictionaries({"messages": st.lists(message, min_size=1, max_size=3)},
+                          optional={k: values for k in FIELDS if k != "messages"}))
+
+
+@pytest.fixture(scope="module")
+def served(tiny_hf):
+    model = tensorfold.load(tiny_hf, backend="numpy")
+    running = Running(Server(Engine(model, parallel=4, context=512), "tiny"))
+    yield running
+    running.stop()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(ROUTES), body=bodies, raw=st.booleans())
+def test_random_bodies_never_5xx(served, route, body, raw):
+    for name, cap in (("max_tokens", 8), ("max_completion_tokens", 8), ("n", 2)):  # keep generation short
+        if isinstance(body.get(name), int) and not isinstance(body[name], bool):
+            body[name] = min(abs(body[name]), cap)
+    if not any(isinstance(body.get(n), int) for n in ("max_tokens", "max_completion_tokens")):
+        body["max_tokens"] = 4
+    content = json.dumps(body).encode() if not raw else json.dumps(body).encode()[:-1]  # raw: cut JSON
+    reply = httpx.post(served.url + route, content=content, headers={"content-type": "application/json"},
+                       timeout=60)
+    assert reply.status_code < 500, (route, body, reply.text)
+    if reply.status_code >= 400:
+        assert reply.status_code != 422 and "message" in reply.json()["error"]
+    assert httpx.get(served.url + "/health").status_code == 200
+
+
+def test_sigterm_drains_and_exits(tiny_hf):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", "import sys; from tensorfold.cli import serve_main; "
+                               "sys.exit(serve_main(sys.argv[1:]))", "--model", tiny_hf, "--port", str(port),
+                               "--backend", "numpy", "--context", "512"],
+                              stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4}).status_code == 200
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+        log = server.stderr.read()
+        assert "serving  " in log and "stopped  after 1 requests" in log
+    finally:
+        if server.poll() is None:
+            server.kill()
