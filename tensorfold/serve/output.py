@@ -52,6 +52,7 @@ class ChatOutput:
 
     def __init__(self, thinking: bool):
         self.in_reasoning = thinking
+        self.after_think = False  # the newlines right after </think> belong to neither part
         self.pending, self.reasoning, self.content, self.calls_text = "", "", "", None
 
     def push(self, text: str, final: bool = False) -> tuple:
@@ -65,9 +66,12 @@ class ChatOutput:
                 reasoning, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
                 self.reasoning += reasoning
                 return reasoning, ""
-            reasoning, self.pending = self.pending[:at], self.pending[at + len(self.THINK_END):].lstrip("\n")
+            reasoning, self.pending = self.pending[:at], self.pending[at + len(self.THINK_END):]
             self.reasoning += reasoning
-            self.in_reasoning = False
+            self.in_reasoning, self.after_think = False, True
+        if self.after_think:
+            self.pending = self.pending.lstrip("\n")
+            self.after_think = not self.pending
         if self.calls_text is None:
             at = self.pending.find(self.CALL_START)
             if at >= 0:
