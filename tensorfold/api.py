@@ -87,11 +87,12 @@ class Model:
         return list(self.stream(ids, max_tokens, temperature, top_p, top_k, min_p, seed, stop_ids))
 
 
-def load(model: str, backend: str = "auto") -> Model:
-    """Load a checkpoint (a folder or a hub id) on a backend ("numpy", "cuda" or "auto")."""
+def load(model: str, backend: str = "auto", progress: bool = False) -> Model:
+    """Load a checkpoint (a folder or a hub id) on a backend ("numpy", "cuda" or "auto"); `progress` shows a bar
+    while the weights are read (a hub download always shows one)."""
     ops = make_backend(backend)
     path = resolve(str(model))
     config = ModelConfig.from_file(os.path.join(path, "config.json"))
-    weights = load_weights(path, config)
+    weights = load_weights(path, config, progress)
     tokenizer = Tokenizer.from_folder(path, eos_token_ids=config.eos_token_ids)
     return Model(path, config, weights, tokenizer, ops)

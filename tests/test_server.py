@@ -142,6 +142,12 @@ def test_bad_completions_get_400s_in_openai_shape(served, body, status, message)
     assert message in error["message"] and error["code"] == status
 
 
+def test_oversized_body_is_413(served):
+    reply = httpx.post(served.url + "/v1/completions", content=b'{"prompt": "' + b"x" * (5 << 20) + b'"}',
+                       headers={"content-type": "application/json"})
+    assert reply.status_code == 413 and "larger than" in reply.json()["error"]["message"]
+
+
 def test_bad_chat_requests(served):
     post = lambda body: httpx.post(served.url + "/v1/chat/completions", json=body)  # noqa: E731
     assert post({"messages": []}).status_code == 400

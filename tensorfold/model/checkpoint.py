@@ -198,11 +198,11 @@ def _linear(name, shape, found, config) -> Linear:
     return Linear("affine", out_features, in_features, weight.read(), _float(scales), _float(biases), bits, group)
 
 
-def load_weights(folder: str, config: ModelConfig) -> dict:
+def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> dict:
     """All weights of the text model by canonical name: Linear for matrices, float32 arrays for the rest.
 
     Norm weights come back as the multiplier the norm applies (`1 + w` for centred HF norms), conv weights as
-    [C, K].
+    [C, K]. With `progress`, a bar on stderr counts the tensors read.
     """
     stored = stored_tensors(folder)
     shapes = expected_shapes(config)
@@ -225,7 +225,11 @@ def load_weights(folder: str, config: ModelConfig) -> dict:
             raise CheckpointError(f"missing tensor {name} (expected shape {list(shapes[name])})")
     mlx_layout = None
     weights = {}
-    for name, shape in shapes.items():
+    names = shapes.items()
+    if progress:
+        from tqdm import tqdm
+        names = tqdm(names, desc="loading", unit=" tensors", total=len(shapes))
+    for name, shape in names:
         info = found[name]
         if len(shape) == 2:
             weights[name] = _linear(name, shape, found, config)

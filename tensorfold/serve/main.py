@@ -44,7 +44,10 @@ def build(args):
     from ..prompt_cache import PromptCache
     from .app import Server
 
-    model = load(args.model or default_model(), backend=args.backend)
+    if args.drafter not in ("ngram", "none"):
+        raise TensorfoldError(f"--drafter {args.drafter!r}: block drafter checkpoints are not supported yet; "
+                              "use ngram or none")
+    model = load(args.model or default_model(), backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)
     cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
