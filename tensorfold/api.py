@@ -70,7 +70,7 @@ class Model:
                                   f"tokens; the prompt ({len(ids)}) plus max_tokens ({max_tokens}) exceeds it")
         stops = set(self.tokenizer.stop_ids if stop_ids is None else stop_ids)
         seed = secrets.randbits(63) if seed is None else int(seed)
-        state = self.net.new_state()
+        state = self.net.new_state(max_rows=len(ids) + max_tokens)
         logits = self.prefill(ids, state)
         for position in range(max_tokens):
             token = self.backend.sample(self.backend.to_host(logits)[-1], seed, position, temperature, top_k,

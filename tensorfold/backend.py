@@ -21,6 +21,12 @@ from .errors import BackendError
 BACKENDS = ("numpy", "cuda", "auto")
 
 
+def grown_rows(current: int, needed: int, limit: int | None) -> int:
+    """The new row capacity of a full cache buffer: double it (fewer copies), but stay within `limit`."""
+    rows = max(needed, 2 * current)
+    return max(needed, min(rows, limit)) if limit else rows
+
+
 class NumpyBackend:
     """The NumPy twins, one method per kernel family."""
 
@@ -60,11 +66,12 @@ class NumpyBackend:
         """A host array (or Linear) as this backend's (NumPy: the thing itself)."""
         return array
 
-    def append_rows(self, buffer, length, rows):
-        """Write `rows` at `buffer[length:]`, growing the buffer (doubling) when full; returns the buffer."""
+    def append_rows(self, buffer, length, rows, limit=None):
+        """Write `rows` at `buffer[length:]`, growing the buffer when full (doubling, but never past `limit` rows
+        when given); returns the buffer."""
         needed = length + len(rows)
         if needed > len(buffer):
-            grown = np.zeros((max(needed, 2 * len(buffer)),) + buffer.shape[1:], buffer.dtype)
+            grown = np.zeros((grown_rows(len(buffer), needed, limit),) + buffer.shape[1:], buffer.dtype)
             grown[:length] = buffer[:length]
             buffer = grown
         buffer[length:needed] = rows
@@ -179,11 +186,11 @@ class CudaBackend:
     def attention_merge(self, m, l, o):
         return attention.attention_merge_launch(m, l, o, stream=self.stream)
 
-    def append_rows(self, buffer, length, rows):
-        """Write device `rows` at `buffer[length:]`, growing the device buffer (doubling) when full."""
+    def append_rows(self, buffer, length, rows, limit=None):
+        """Write device `rows` at `buffer[length:]`, growing the device buffer like NumpyBackend.append_rows."""
         needed = length + rows.shape[0]
         if needed > buffer.shape[0]:
-            grown = self.cuda.device_array((max(needed, 2 * buffer.shape[0]),) + tuple(buffer.shape)[1:],
+            grown = self.cuda.device_array((grown_rows(buffer.shape[0], needed, limit),) + tuple(buffer.shape)[1:],
                                            np.float32, stream=self.stream)
             if length:
                 grown[:length].copy_to_device(buffer[:length], stream=self.stream)

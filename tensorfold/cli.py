@@ -97,14 +97,15 @@ def parser() -> argparse.ArgumentParser:
     from .bench import add_parser as add_bench
     add_bench(commands)
 
-    serve = commands.add_parser("serve", help="the OpenAI-compatible server (same as tensorfold-serve)",
-                                add_help=False)
-    serve.add_argument("serve_args", nargs=argparse.REMAINDER)
-    serve.set_defaults(run=lambda args: serve_main(args.serve_args))
+    commands.add_parser("serve", help="the OpenAI-compatible server: `tensorfold serve FLAGS` is `tensorfold-serve "
+                        "FLAGS`", add_help=False)  # main() hands its arguments over untouched
     return top
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve_main(argv[1:])
     args = parser().parse_args(argv)
     try:
         return args.run(args) or 0

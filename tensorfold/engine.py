@@ -227,7 +227,7 @@ class Engine:
 
     def _admit(self, request: Request) -> Stream:
         """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
-        stream = Stream(request, self.model.net.new_state())
+        stream = Stream(request, self.model.net.new_state(max_rows=self.context))
         snapshot = self.prompt_cache.lookup(request.prompt) if self.prompt_cache is not None else None
         if snapshot is not None:
             snapshot.restore(stream.state)

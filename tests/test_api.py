@@ -86,4 +86,5 @@ def test_cli_make_tiny_and_generate(tmp_path, capsys):
 def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["generate", "--model", str(tmp_path / "absent"), "--prompt", "x"]) == 2
     assert "error: model" in capsys.readouterr().err
-    assert serve_main([]) == 2
+    assert main(["serve", "--model", str(tmp_path / "absent")]) == 2  # `tensorfold serve` passes its flags on
+    assert serve_main(["--drafter", "some/folder"]) == 2

@@ -105,6 +105,9 @@ def test_stop_strings_and_n(served):
     assert stop and full.find(stop) == 3
     cut = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=20, temperature=0, stop=[stop])
     assert cut.choices[0].text == full[:3] and cut.choices[0].finish_reason == "stop"
+    again = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=20, temperature=0, stop=[stop])
+    assert again.choices[0].model_extra["token_sha256"] == cut.choices[0].model_extra["token_sha256"]
+    assert cut.usage.completion_tokens < 20  # counted up to the token that completed the stop string
     several = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=6, temperature=1.0, seed=1, n=3)
     assert [c.index for c in several.choices] == [0, 1, 2]
 

@@ -40,9 +40,10 @@ class StreamState:
     """One stream's cache: its committed length, and per layer the DeltaNet state and conv tail, or the attention
     keys and values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are committed)."""
 
-    def __init__(self, config: ModelConfig, ops):
+    def __init__(self, config: ModelConfig, ops, max_rows: int | None = None):
         c = config
         self.ops = ops
+        self.max_rows = max_rows  # key/value buffers never grow past this (the engine's context), if set
         self.length = 0
         self.window_rows = 0  # rows of the last forward not yet kept or dropped
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
@@ -94,8 +95,8 @@ class Qwen35:
         self.weights = {name: backend.upload(w) for name, w in weights.items()}
         self.lm_head = self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])
 
-    def new_state(self) -> StreamState:
-        return StreamState(self.config, self.ops)
+    def new_state(self, max_rows: int | None = None) -> StreamState:
+        return StreamState(self.config, self.ops, max_rows)
 
     def forward(self, ids, state: StreamState, logits_for="all"):
         """One window on its own, kept whole: the logits of `ids` continuing `state` (which advances)."""
@@ -171,8 +172,8 @@ class Qwen35:
         outs = []
         for win, (a, b) in zip(windows, spans):  # each row reads its own stream's keys, up to its own position
             state = win.state
-            state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b])
-            state.values[i] = ops.append_rows(state.values[i], state.length, v[a:b])
+            state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b], state.max_rows)
+            state.values[i] = ops.append_rows(state.values[i], state.length, v[a:b], state.max_rows)
             partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], win.positions + 1,
                                             1.0 / math.sqrt(hd))
             outs.append(ops.attention_merge(*partial))

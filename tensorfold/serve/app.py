@@ -40,6 +40,21 @@ class Choice:
         self.chat: ChatOutput | None = None
         self.tokens_seen = 0  # tokens handled so far (their logprobs are request.logprobs[:tokens_seen])
         self.logprobs_sent = 0
+        self.stopped_at: int | None = None  # tokens up to the one that completed a stop string
+
+    def push(self, token: int) -> str:
+        """Take one token into the text; on a stop string, note where and cancel the rest of the request."""
+        self.tokens_seen += 1
+        delta = self.text.push(token)
+        if self.text.stopped and self.stopped_at is None:
+            self.stopped_at = self.tokens_seen
+            self.request.cancel()  # tokens the engine makes before it sees this are dropped
+        return delta
+
+    @property
+    def output(self) -> list:
+        """The choice's token ids: up to a stop string, if one ended it."""
+        return self.request.output[:self.stopped_at]
 
     @property
     def finish_reason(self) -> str:
@@ -218,7 +233,7 @@ class Server:
                 choice.request.cancel()  # a no-op for finished requests; frees the lanes of abandoned ones
 
     def usage(self, ids, choices) -> dict:
-        completion = sum(len(c.request.output) for c in choices)
+        completion = sum(len(c.output) for c in choices)
         return {"prompt_tokens": len(ids), "completion_tokens": completion, "total_tokens": len(ids) + completion,
                 "prompt_tokens_details": {"cached_tokens": max(c.request.stats.cached_tokens for c in choices)}}
 
@@ -226,7 +241,7 @@ class Server:
         for choice in choices:
             request = choice.request
             self.metrics.add("requests_total")
-            self.metrics.add("generation_tokens_total", len(request.output))
+            self.metrics.add("generation_tokens_total", len(choice.output))
             self.metrics.add("drafted_rows_total", request.stats.drafted)
             self.metrics.add("accepted_rows_total", request.stats.accepted)
             self.metrics.add("prompt_cache_hits_total", int(request.stats.cached_tokens > 0))
@@ -241,7 +256,7 @@ class Server:
             return None
         first = 0 if everything else choice.logprobs_sent
         entries = request.logprobs[first:choice.tokens_seen]
-        ids = request.output[first:choice.tokens_seen]
+        ids = choice.output[first:choice.tokens_seen]
         choice.logprobs_sent = choice.tokens_seen
         piece = lambda token: self.model.tokenizer.decode([token])  # noqa: E731
         if chat:
@@ -254,7 +269,7 @@ class Server:
 
     def choice_extras(self, choice) -> dict:
         r = choice.request
-        return {"token_sha256": token_sha256(r.output),
+        return {"token_sha256": token_sha256(choice.output),
                 "stats": {"rounds": r.stats.rounds, "drafted": r.stats.drafted, "accepted": r.stats.accepted,
                           "cached_tokens": r.stats.cached_tokens}}
 
@@ -284,10 +299,7 @@ class Server:
                                      media_type="text/event-stream")
         async for choice, token in self.events(choices, events, http_request):
             if token is not FINISHED:
-                choice.tokens_seen += 1
-                choice.text.push(token)
-                if choice.text.stopped:
-                    choice.request.cancel()  # a stop string: no more tokens needed
+                choice.push(token)
         for choice in choices:
             choice.text.finish()
             if choice.chat is not None:
@@ -334,10 +346,7 @@ class Server:
                 text = choice.text.finish()
                 reasoning, content = choice.chat.push(text, final=True) if chat else ("", text)
             else:
-                choice.tokens_seen += 1
-                text = choice.text.push(token)
-                if choice.text.stopped:
-                    choice.request.cancel()
+                text = choice.push(token)
                 reasoning, content = choice.chat.push(text) if chat else ("", text)
             if reasoning:
                 yield chunk(choice, {"reasoning_content": reasoning, "reasoning": reasoning})

@@ -63,7 +63,8 @@ def build(args):
     if streams > free:
         raise TensorfoldError(f"{args.parallel} streams of {context} rows need {streams / 2**20:.0f} MiB but only "
                               f"{free / 2**20:.0f} MiB are free: lower --parallel or --context")
-    name = args.served_model_name or os.path.basename(os.path.normpath(model.path))
+    hub_id = args.model and not os.path.isdir(args.model)
+    name = args.served_model_name or (args.model if hub_id else os.path.basename(os.path.normpath(model.path)))
     return Server(engine, name, api_key=args.api_key, max_queue=args.max_queue)
 
 
