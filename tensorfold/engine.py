@@ -14,6 +14,7 @@ does not depend on which streams share its rounds: every row's logits are the bi
 `Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue.
 """
 import dataclasses
+import os
 import queue
 import secrets
 import threading
@@ -23,7 +24,7 @@ import numpy as np
 
 from .drafters import Drafter
 from .errors import TensorfoldError
-from .model.qwen35 import Window
+from .model.qwen35 import KeepPolicy, Window, pending_row_bytes
 
 FINISHED = object()  # the queue's end marker
 
@@ -146,7 +147,8 @@ class Engine:
     """Up to `parallel` streams, each running one window per round through one forward of the model."""
 
     def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
-                 drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None):
+                 drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None,
+                 keep: KeepPolicy | None = None):
         if parallel < 1 or chunk < 1 or max_draft < 0:
             raise TensorfoldError(f"parallel ({parallel}) and chunk ({chunk}) must be positive, max_draft "
                                   f"({max_draft}) non-negative")
@@ -156,6 +158,7 @@ class Engine:
             raise TensorfoldError(f"context {self.context} exceeds the model's max_position_embeddings "
                                   f"({model.config.max_position_embeddings})")
         self.drafter = drafter or Drafter()
+        self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
@@ -227,7 +230,7 @@ class Engine:
 
     def _admit(self, request: Request) -> Stream:
         """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
-        stream = Stream(request, self.model.net.new_state(max_rows=self.context))
+        stream = Stream(request, self.model.net.new_state(max_rows=self.context, policy=self.keep))
         snapshot = self.prompt_cache.lookup(request.prompt) if self.prompt_cache is not None else None
         if snapshot is not None:
             snapshot.restore(stream.state)
@@ -249,7 +252,7 @@ class Engine:
         request = stream.request
         request.stats.rounds += 1
         if window.logits_for == "last":  # a prompt chunk
-            stream.state.keep(len(window.ids))
+            stream.state.keep(len(window.ids), write_back=True)  # a prompt chunk lands pending rows
             stream.prompt_fed += len(window.ids)
             if self.prompt_cache is not None and stream.prompt_fed in self.prompt_cache.marks(len(request.prompt)):
                 self.prompt_cache.store(request.prompt[:stream.prompt_fed], stream.state)
@@ -348,12 +351,13 @@ class Engine:
         return len(self.waiting)
 
     def stream_bytes(self) -> int:
-        """Memory one stream's cache takes when it holds `context` rows (DeltaNet states, conv tails, keys and
-        values); a window's scan log adds a few rows' worth while it waits to be kept."""
+        """Memory one stream's cache takes when it holds `context` rows (DeltaNet states, conv tails, the pending
+        buffer, keys and values); a window's scan log adds a few rows' worth while it waits to be kept."""
         c = self.model.config
         linear = c.layer_types.count("linear_attention")
         full = len(c.layer_types) - linear
         per_linear = 4 * (c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
                           + (c.linear_conv_kernel_dim - 1) * c.conv_dim)
         per_full = 4 * 2 * self.context * c.num_key_value_heads * c.head_dim
-        return linear * per_linear + full * per_full
+        pending = self.keep.capacity * pending_row_bytes(c) if self.keep.late else 0  # the deferred keep's buffer
+        return linear * per_linear + full * per_full + pending

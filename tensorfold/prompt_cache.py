@@ -32,6 +32,7 @@ class Snapshot:
     """A stream's cache at `length` rows, in host memory."""
 
     def __init__(self, state: StreamState):
+        state.land()  # the deferred keep's pending rows go into the state before it is copied
         ops = state.ops
         self.length = state.length
         self.recurrent = {i: ops.to_host(a).copy() for i, a in state.recurrent.items()}
@@ -42,9 +43,9 @@ class Snapshot:
         self.nbytes = sum(a.nbytes for a in parts)
 
     def restore(self, state: StreamState) -> None:
-        """Make the (fresh) `state` this snapshot."""
+        """Make `state` this snapshot (rows it had pending are dropped with the rest of it)."""
         upload = state.ops.upload
-        state.length = self.length
+        state.length, state.pending_rows, state.pending = self.length, 0, {}
         for i in state.recurrent:
             state.recurrent[i], state.conv_tail[i] = upload(self.recurrent[i].copy()), upload(self.conv_tail[i].copy())
         for i in state.keys:

@@ -11,7 +11,7 @@ from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.errors import TensorfoldError
-from tensorfold.model.qwen35 import Window
+from tensorfold.model.qwen35 import KeepPolicy, Window
 
 
 def sha(ids):
@@ -49,26 +49,28 @@ def test_window_rows_equal_one_row_steps_beside_a_long_stream(tiny, rows):
     assert got.tobytes() == expected[120:].tobytes()
 
 
-def test_partial_keep_equals_a_stream_that_saw_only_the_kept_rows(tiny):
+@pytest.mark.parametrize("late", [False, True])
+def test_partial_keep_equals_a_stream_that_saw_only_the_kept_rows(tiny, late):
     rng = np.random.default_rng(0)
     ids = list(rng.integers(0, 500, 40))
     drafted = list(rng.integers(0, 500, 9))
     expected, _ = one_row_steps(tiny, ids + drafted[:4] + [7, 8])
-    state = tiny.net.new_state()
-    tiny.net.forward(ids, state)
-    tiny.net.forward_round([Window(state, drafted)])
-    state.keep(4)  # the first four drafted rows were accepted
-    after = np.concatenate([tiny.net.forward([7], state), tiny.net.forward([8], state)])
-    assert after.tobytes() == expected[-2:].tobytes()
-    # Control: replaying the kept rows on top of the state after all nine rows (not the window's start) must differ.
-    state = tiny.net.new_state()
-    tiny.net.forward(ids, state)
-    tiny.net.forward_round([Window(state, drafted)])
-    for record in state.records.values():
-        record.before = record.after
-    state.keep(4)
-    wrong = np.concatenate([tiny.net.forward([7], state), tiny.net.forward([8], state)])
-    assert wrong.tobytes() != expected[-2:].tobytes()
+
+    def keep_four(plant=None):
+        state = tiny.net.new_state(policy=KeepPolicy(late=late))
+        tiny.net.forward(ids, state)
+        tiny.net.forward_round([Window(state, drafted)])
+        if plant:
+            for record in state.records.values():
+                record.log = plant(record.log)
+        state.keep(4)  # the first four drafted rows were accepted
+        assert state.pending_rows == (4 if late else 0)
+        return np.concatenate([tiny.net.forward([7], state), tiny.net.forward([8], state)])
+
+    assert keep_four().tobytes() == expected[-2:].tobytes()
+    # Control: the kept rows replayed in the wrong order (rows 0 and 1 of the scan's log swapped) must differ.
+    swapped = lambda log: tuple(np.concatenate([part[[1, 0]], part[2:]]) for part in log)  # noqa: E731
+    assert keep_four(swapped).tobytes() != expected[-2:].tobytes()
 
 
 def test_control_positions_relative_to_the_window_are_caught(tiny, monkeypatch):
@@ -208,3 +210,95 @@ def test_penalties_change_repetitive_text_and_keep_drafting_exact(shakespeare):
     undrafted = run(shakespeare, [prompt], dataclasses.replace(penalised, draft=False))[0]
     assert drafted.output == undrafted.output != plain.output
     assert len(set(drafted.output)) > len(set(plain.output))  # the penalties break the loop
+
+
+# --- the deferred keep ------------------------------------------------------------------------------------------
+
+def run_schedule(model, policy, schedule, seed=0, plant=None):
+    """Windows of (rows, kept) after a 20-token prompt; returns every window's logits, the pending counts after each
+    keep, and the logits of two one-row steps at the end."""
+    rng = np.random.default_rng(seed)
+    state = model.net.new_state(policy=policy)
+    model.net.forward(list(rng.integers(0, 500, 20)), state)
+    logits, pending = [], []
+    for rows, kept in schedule:
+        window = list(rng.integers(0, 500, rows))
+        logits.append(model.net.forward_round([Window(state, window)])[0])
+        state.keep(kept)
+        pending.append(state.pending_rows)
+        if plant and state.pending_rows >= 2:
+            plant(state)
+    steps = np.concatenate([model.net.forward([5], state), model.net.forward([6], state)])
+    return np.concatenate(logits + [steps]), pending
+
+
+# pending rows after each keep, with threshold 8 and capacity 8:
+#   1, 7, 8 (= capacity: still fits, then the threshold lands it: 0), 7, 9 would exceed: lands at once (0),
+#   a 10-row path (longer than the capacity) lands at once (0), 1, a one-row window writes back (0)
+SCHEDULE = [(2, 1), (7, 6), (2, 1), (8, 7), (3, 2), (10, 10), (2, 1), (1, 1)]
+EXPECTED_PENDING = [1, 7, 0, 7, 0, 0, 1, 0]
+
+
+@pytest.mark.parametrize("threshold, capacity", [(8, 8), (4, 8), (24, 48)])
+def test_deferred_keep_equals_immediate_keep_at_the_buffer_edges(tiny, threshold, capacity):
+    immediate, none_pending = run_schedule(tiny, KeepPolicy(late=False), SCHEDULE)
+    late, pending = run_schedule(tiny, KeepPolicy(True, threshold, capacity), SCHEDULE)
+    assert late.tobytes() == immediate.tobytes()
+    assert set(none_pending) == {0}
+    if (threshold, capacity) == (8, 8):
+        assert pending == EXPECTED_PENDING
+    assert max(pending) > 0  # rows really waited
+
+
+def test_deferred_keep_controls(tiny):
+    """Controls: a dropped pending row, and two swapped pending rows, each change the bits."""
+    immediate, _ = run_schedule(tiny, KeepPolicy(late=False), SCHEDULE)
+
+    def dropped(state):
+        state.pending = {i: tuple(part[1:] for part in log) for i, log in state.pending.items()}
+        state.pending_rows -= 1
+
+    def swapped(state):
+        state.pending = {i: tuple(np.concatenate([part[[1, 0]], part[2:]]) for part in log)
+                         for i, log in state.pending.items()}
+
+    for plant in (dropped, swapped):
+        late, _ = run_schedule(tiny, KeepPolicy(True, 8, 8), SCHEDULE, plant=plant)
+        assert late.tobytes() != immediate.tobytes(), plant.__name__
+
+
+def test_save_and_restore_with_rows_pending(tiny):
+    """A snapshot lands the pending rows first; restoring it drops whatever the target had pending."""
+    from tensorfold.prompt_cache import Snapshot
+    rng = np.random.default_rng(3)
+    prompt, drafted = list(rng.integers(0, 500, 30)), list(rng.integers(0, 500, 6))
+    state = tiny.net.new_state(policy=KeepPolicy(True, 24, 48))
+    tiny.net.forward(prompt, state)
+    tiny.net.forward_round([Window(state, drafted)])
+    state.keep(5)
+    assert state.pending_rows == 5
+    snapshot = Snapshot(state)
+    assert state.pending_rows == 0 and snapshot.length == 35
+    other = tiny.net.new_state(policy=KeepPolicy(True, 24, 48))
+    tiny.net.forward(prompt[:10], other)
+    tiny.net.forward_round([Window(other, drafted)])
+    other.keep(3)
+    assert other.pending_rows == 3
+    snapshot.restore(other)
+    assert other.pending_rows == 0
+    expected, _ = one_row_steps(tiny, prompt + drafted[:5] + [9])
+    assert tiny.net.forward([9], other).tobytes() == expected[-1:].tobytes()
+    assert tiny.net.forward([9], state).tobytes() == expected[-1:].tobytes()
+
+
+@pytest.mark.parametrize("late", ["0", "1"])
+def test_engine_keep_late_switch(tiny, late, monkeypatch):
+    monkeypatch.setenv("TENSORFOLD_KEEP_LATE", late)
+    prompts = [tiny.tokenizer.encode(p) for p in PROMPTS]
+    solo = [tiny.generate(p, 30, stop_ids=()) for p in prompts]
+    engine = Engine(tiny, parallel=4, drafter=OracleDrafter(prompts, solo))
+    assert engine.keep.late == (late == "1")
+    requests = [engine.submit(p, SamplingParams(max_tokens=30, stop_ids=())) for p in prompts]
+    while engine.run_round():
+        pass
+    assert [r.output for r in requests] == solo

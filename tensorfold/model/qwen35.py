@@ -36,16 +36,38 @@ class DeltaNetRecord:
     new_tail: object  # the conv tail after every row
 
 
-class StreamState:
-    """One stream's cache: its committed length, and per layer the DeltaNet state and conv tail, or the attention
-    keys and values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are committed)."""
+@dataclasses.dataclass(frozen=True)
+class KeepPolicy:
+    """The deferred keep. With `late`, the DeltaNet rows a stream keeps from a drafted window are not applied to
+    its state at once: they wait in the stream's pending buffer, and the next scan, which loads the state anyway,
+    replays them first. The state is written back at a one-row window, at a prompt chunk, when `threshold` rows
+    are pending, or when a kept path does not fit in the `capacity` left. Replaying uses the scan's own fp32 steps
+    in the same order, so every output keeps its bits; on a GPU it saves a state write per drafted round."""
+    late: bool = True
+    threshold: int = 24
+    capacity: int = 48
 
-    def __init__(self, config: ModelConfig, ops, max_rows: int | None = None):
-        c = config
-        self.ops = ops
+
+def pending_row_bytes(config: ModelConfig) -> int:
+    """Bytes one pending row takes: the decay, delta and key of every value head of every DeltaNet layer."""
+    c = config
+    return 4 * c.layer_types.count("linear_attention") * c.linear_num_value_heads * (
+        1 + c.linear_value_head_dim + c.linear_key_head_dim)
+
+
+class StreamState:
+    """One stream's cache: its committed length, and per layer the DeltaNet state, conv tail and pending rows, or
+    the attention keys and values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are
+    committed)."""
+
+    def __init__(self, config: ModelConfig, ops, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()):
+        c = self.config = config
+        self.ops, self.policy = ops, policy
         self.max_rows = max_rows  # key/value buffers never grow past this (the engine's context), if set
         self.length = 0
         self.window_rows = 0  # rows of the last forward not yet kept or dropped
+        self.pending_rows = 0  # kept DeltaNet rows not yet applied to `recurrent` (the same count in every layer)
+        self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
@@ -58,21 +80,53 @@ class StreamState:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the cache, counting the pending buffer at its full capacity."""
         parts = [*self.recurrent.values(), *self.conv_tail.values(), *self.keys.values(), *self.values.values()]
-        return sum(a.nbytes for a in parts)
+        pending = self.policy.capacity * pending_row_bytes(self.config) if self.policy.late else 0
+        return sum(a.nbytes for a in parts) + pending
 
-    def keep(self, n: int) -> None:
-        """Commit the first n rows of the last window (0 <= n <= its rows)."""
+    def scan_start(self, i):
+        """The state layer i's next scan starts from: the stored state with the pending rows replayed."""
+        if not self.pending_rows:
+            return self.recurrent[i]
+        return self.ops.deltanet_apply(self.recurrent[i], self.pending[i], range(self.pending_rows))
+
+    def land(self) -> None:
+        """Apply the pending rows to the stored states (before a snapshot, or when the buffer is full enough)."""
+        if self.pending_rows:
+            for i in self.recurrent:
+                self.recurrent[i] = self.scan_start(i)
+            self.pending_rows, self.pending = 0, {}
+
+    def keep(self, n: int, write_back: bool = False) -> None:
+        """Commit the first n rows of the last window (0 <= n <= its rows). Their DeltaNet rows go to the pending
+        buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do not
+        fit; then the state is written at once."""
         assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
+        p = self.policy
+        defer = p.late and not write_back and self.window_rows > 1 and self.pending_rows + n <= p.capacity
         for i, record in self.records.items():
-            if n == self.window_rows:
-                self.recurrent[i], self.conv_tail[i] = record.after, record.new_tail
-            elif n > 0:
+            if n == 0:
+                continue
+            if defer:
+                rows = tuple(part[:n] for part in record.log)
+                self.pending[i] = rows if not self.pending_rows else tuple(
+                    self.ops.concat_rows([old, new]) for old, new in zip(self.pending[i], rows))
+            elif n == self.window_rows:
+                self.recurrent[i] = record.after  # record.before already had the pending rows replayed
+            else:
                 self.recurrent[i] = self.ops.deltanet_apply(record.before, record.log, range(n))
-                self.conv_tail[i] = self.ops.concat_rows([record.tail, record.inputs[:n]])[n:]
+            self.conv_tail[i] = record.new_tail if n == self.window_rows else self.ops.concat_rows(
+                [record.tail, record.inputs[:n]])[n:]
+        if n and self.records:
+            self.pending_rows = self.pending_rows + n if defer else 0
+            if not defer:
+                self.pending = {}
         self.length += n
         self.window_rows = 0
         self.records = {}
+        if self.pending_rows >= p.threshold:
+            self.land()
 
 
 @dataclasses.dataclass
@@ -95,13 +149,13 @@ class Qwen35:
         self.weights = {name: backend.upload(w) for name, w in weights.items()}
         self.lm_head = self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])
 
-    def new_state(self, max_rows: int | None = None) -> StreamState:
-        return StreamState(self.config, self.ops, max_rows)
+    def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()) -> StreamState:
+        return StreamState(self.config, self.ops, max_rows, policy)
 
     def forward(self, ids, state: StreamState, logits_for="all"):
-        """One window on its own, kept whole: the logits of `ids` continuing `state` (which advances)."""
+        """One window on its own, kept whole and written back: the logits of `ids` continuing `state`."""
         logits = self.forward_round([Window(state, list(ids), logits_for)])[0]
-        state.keep(len(ids))
+        state.keep(len(ids), write_back=True)
         return logits
 
     def forward_round(self, windows: list) -> list:
@@ -149,8 +203,9 @@ class Qwen35:
             q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(n, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
             k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(n, nk, dk), L2NORM_EPS)
             v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(n, nv, dv)
-            out, after, log = ops.deltanet_scan(state.recurrent[i], q, k, v, decay[a:b], beta[a:b])
-            state.records[i] = DeltaNetRecord(state.recurrent[i], after, log, mixed[a:b], state.conv_tail[i], new_tail)
+            start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
+            out, after, log = ops.deltanet_scan(start, q, k, v, decay[a:b], beta[a:b])
+            state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
             outs.append(out)
         out = ops.concat_rows(outs) if len(outs) > 1 else outs[0]
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)

@@ -19,6 +19,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-draft", type=int, default=15, help="drafted rows per round and stream (default 15)")
     p.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
+    p.add_argument("--keep-late", type=int, choices=(0, 1), default=None,
+                   help="deferred DeltaNet keep: 1 on, 0 off (default: TENSORFOLD_KEEP_LATE, else on)")
     p.add_argument("--prompt-cache-gib", type=float, default=1.0,
                    help="host memory for stream states at prompt marks, in GiB (0: off; default 1)")
     p.add_argument("--api-key", default=os.environ.get("TENSORFOLD_API_KEY"),
@@ -41,6 +43,7 @@ def build(args):
     from ..cli import default_model
     from ..drafters import make_drafter
     from ..engine import Engine
+    from ..model.qwen35 import KeepPolicy
     from ..prompt_cache import PromptCache
     from .app import Server
 
@@ -50,13 +53,14 @@ def build(args):
     model = load(args.model or default_model(), backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)
     cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
+    keep = None if args.keep_late is None else KeepPolicy(late=bool(args.keep_late))
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
-                    drafter=make_drafter(args.drafter), max_draft=args.max_draft, prompt_cache=cache)
+                    drafter=make_drafter(args.drafter), max_draft=args.max_draft, prompt_cache=cache, keep=keep)
     streams = engine.stream_bytes() * args.parallel
     free = available_bytes(model.backend)
     print(f"model    {model.path}", file=sys.stderr)
-    print(f"backend  {model.backend.name}; drafter {engine.drafter.name}; prompt cache "
-          f"{args.prompt_cache_gib:g} GiB", file=sys.stderr)
+    print(f"backend  {model.backend.name}; drafter {engine.drafter.name}; deferred keep "
+          f"{'on' if engine.keep.late else 'off'}; prompt cache {args.prompt_cache_gib:g} GiB", file=sys.stderr)
     print(f"memory   weights {model.weight_bytes / 2**20:.1f} MiB + {args.parallel} streams x "
           f"{engine.stream_bytes() / 2**20:.1f} MiB ({context} rows each) = "
           f"{(model.weight_bytes + streams) / 2**20:.1f} MiB of {free / 2**20:.0f} MiB free", file=sys.stderr)
