@@ -1,0 +1,63 @@
+"""Lane rounds on the GPU at Qwen3.5-0.8B's shapes (random weights, 4 of its 24 layers): drafted equals undrafted,
+concurrent equals solo, deferred keep on and off, and a stream of more than 8,192 keys beside a short one.
+
+Runs only with `pytest --gpu`; `LANES_BACKEND=numpy` runs the same checks on the twins with a tiny config."""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+import tensorfold
+from tensorfold.drafters import NgramDrafter
+from tensorfold.engine import Engine, SamplingParams
+from tensorfold.model.qwen35 import KeepPolicy, Window
+
+from test_lanes import OracleDrafter
+
+BACKEND = os.environ.get("LANES_BACKEND", "cuda")
+pytestmark = pytest.mark.gpu if BACKEND == "cuda" else []
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from tensorfold.model.presets import preset
+    from tensorfold.model.tiny import TINY_CONFIG, make_tiny
+    folder = tmp_path_factory.mktemp("lanes")
+    config = preset("0.8B", num_hidden_layers=4) if BACKEND == "cuda" else dataclasses.replace(
+        TINY_CONFIG, max_position_embeddings=16384)
+    make_tiny(folder, seed=1, fmt="mlx4", config=config)
+    return tensorfold.load(str(folder), backend=BACKEND)
+
+
+def test_rounds_equal_solo_with_and_without_drafts_and_deferred_keep(model):
+    prompts = [list(np.random.default_rng(i).integers(0, 500, 5 + 7 * i)) for i in range(4)]
+    for tokens, sampling in ((24, dict(temperature=0.0)), (8, dict(temperature=0.8, seed=3))):
+        solo = [model.generate(p, tokens, stop_ids=(), **sampling) for p in prompts]
+        for late in (True, False):
+            for drafter in (NgramDrafter(), OracleDrafter(prompts, solo)):
+                engine = Engine(model, parallel=4, drafter=drafter, keep=KeepPolicy(late=late), context=4096)
+                requests = [engine.submit(p, SamplingParams(max_tokens=tokens, stop_ids=(), **sampling))
+                            for p in prompts]
+                while engine.run_round():
+                    pass
+                assert [r.output for r in requests] == solo, (sampling, late, drafter.name)
+
+
+def test_a_long_stream_beside_a_short_one(model):
+    rng = np.random.default_rng(5)
+    long_prompt, short_prompt = list(rng.integers(0, 500, 8300)), list(rng.integers(0, 500, 7))
+    long_alone, short_alone = model.net.new_state(), model.net.new_state()
+    for i in range(0, len(long_prompt), 128):
+        model.net.forward(long_prompt[i:i + 128], long_alone, "last")
+    model.net.forward(short_prompt, short_alone)
+    long_step = model.backend.to_host(model.net.forward([11], long_alone))
+    short_chain = model.backend.to_host(model.net.forward([12, 13, 14], short_alone))
+    long_state, short_state = model.net.new_state(), model.net.new_state()
+    for i in range(0, len(long_prompt), 128):
+        model.net.forward(long_prompt[i:i + 128], long_state, "last")
+    model.net.forward(short_prompt, short_state)
+    together = model.net.forward_round([Window(long_state, [11]), Window(short_state, [12, 13, 14])])
+    assert long_state.length + 1 > 8192
+    assert model.backend.to_host(together[0]).tobytes() == long_step.tobytes()
+    assert model.backend.to_host(together[1]).tobytes() == short_chain.tobytes()
