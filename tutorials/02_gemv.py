@@ -12,7 +12,7 @@ You will learn about:
   then a fixed shared-memory tree;
 * how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), never materialised;
 * ``fma32``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the same way;
-* the same pattern in RMSNorm (``tensorfold/cuda/rmsnorm.py``).
+* the same pattern in RMSNorm (``tensorfold/cuda/rmsnorm.py``), and the elementwise kernels between them.
 
 Run it with ``python tutorials/02_gemv.py`` (no GPU needed: it uses the simulator unless one is present).
 """
@@ -106,3 +106,25 @@ multiplier = (1 + 0.3 * rng.normal(size=40)).astype(np.float32)
 twin = rmsnorm.rmsnorm(x, multiplier, 1e-6)
 kernel = rmsnorm.rmsnorm_launch(cuda.to_device(x), cuda.to_device(multiplier), 1e-6).copy_to_host()
 check(twin.tobytes() == kernel.tobytes(), "RMSNorm kernel == twin, bit for bit")
+
+# %%
+# The elementwise steps between them
+# ----------------------------------
+# The residual add, SiLU(gate) * up in the MLP, out * sigmoid(gate) after attention and the slicing of q | k | v
+# are one thread per element (`tensorfold/cuda/elementwise.py`): nothing to reduce, so nothing to order. Their
+# transcendentals come from `fmath`, where each device function has a NumPy twin that evaluates the same float64
+# expression (numba compiles `math` functions inside kernels, not NumPy ufuncs).
+from tensorfold.cuda import elementwise  # noqa: E402
+from tensorfold.cuda.fmath import silu32, silu32_twin  # noqa: E402
+
+print(inspect.getsource(silu32.py_func))
+print(inspect.getsource(silu32_twin))
+print(inspect.getsource(elementwise.silu_mul_kernel.py_func))
+gate, up = rng.normal(size=(3, 50)).astype(np.float32) * 8, rng.normal(size=(3, 50)).astype(np.float32)
+twin = elementwise.silu_mul(gate, up)
+kernel = elementwise.launch_elementwise(elementwise.silu_mul_kernel, cuda.to_device(gate),
+                                        cuda.to_device(up)).copy_to_host()
+check(twin.tobytes() == kernel.tobytes(), "SiLU(gate) * up kernel == twin, bit for bit")
+x = rng.normal(size=(2, 4, 12)).astype(np.float32)
+sliced = elementwise.take_last_launch(cuda.to_device(x), 3, 9).copy_to_host()
+check(np.array_equal(sliced, x[..., 3:9]), "take_last copies x[..., 3:9] into a contiguous array")
