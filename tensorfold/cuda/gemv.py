@@ -40,10 +40,11 @@ def f32_to_bf16(values):
 def affine_rows(packed, scales, biases, bits, group_size, outs):
     """Dequantize the rows `outs` of an affine-quantized weight: float32 [len(outs), K]."""
     per_word = 32 // bits
-    cols = np.arange(packed.shape[1] * per_word)
-    codes = (packed[outs][:, cols // per_word] >> (bits * (cols % per_word)).astype(np.uint32)) & ((1 << bits) - 1)
-    groups = cols // group_size
-    return fma32.py_func(scales[outs][:, groups], codes.astype(np.float32), biases[outs][:, groups])
+    words = packed[outs]  # [rows, K / per_word]
+    shifts = np.arange(per_word, dtype=np.uint32) * np.uint32(bits)  # element e of a word sits at bit bits * e
+    codes = ((words[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)).reshape(len(words), -1)
+    return fma32.py_func(np.repeat(scales[outs], group_size, axis=1), codes.astype(np.float32),
+                         np.repeat(biases[outs], group_size, axis=1))
 
 
 def gemv(x, weight_rows, out_features):
