@@ -232,6 +232,14 @@ class Server:
             for choice in choices:
                 choice.request.cancel()  # a no-op for finished requests; frees the lanes of abandoned ones
 
+    def raise_engine_error(self, choices) -> None:
+        """A round that failed inside the engine (never bad input: that is refused before) is a 500."""
+        for choice in choices:
+            if choice.request.error is not None:
+                self.metrics.add("request_errors_total")
+                raise APIError(500, f"the engine failed on this request: {choice.request.error!r}",
+                               kind="InternalServerError")
+
     def usage(self, ids, choices) -> dict:
         completion = sum(len(c.output) for c in choices)
         return {"prompt_tokens": len(ids), "completion_tokens": completion, "total_tokens": len(ids) + completion,
@@ -300,6 +308,7 @@ class Server:
         async for choice, token in self.events(choices, events, http_request):
             if token is not FINISHED:
                 choice.push(token)
+        self.raise_engine_error(choices)
         for choice in choices:
             choice.text.finish()
             if choice.chat is not None:
@@ -342,6 +351,11 @@ class Server:
             for choice in choices:
                 yield chunk(choice, {"role": "assistant", "content": ""})
         async for choice, token in self.events(choices, events, http_request):
+            if token is FINISHED and choice.request.error is not None:
+                error = APIError(500, f"the engine failed on this request: {choice.request.error!r}",
+                                 kind="InternalServerError")
+                yield "data: " + json.dumps(error.body()) + "\n\n"
+                continue
             if token is FINISHED:
                 text = choice.text.finish()
                 reasoning, content = choice.chat.push(text, final=True) if chat else ("", text)
