@@ -1,4 +1,4 @@
-"""Small helpers shared by the kernel files: moving arrays for a contract check, and the element-grid size."""
+"""Small helpers shared by the kernel files: the element-grid size, copying results back, and planted controls."""
 import numpy as np
 from numba import cuda
 
@@ -8,11 +8,6 @@ BLOCK = 256  # threads per block of the one-thread-per-element kernels
 def blocks_for(n: int) -> int:
     """Blocks of BLOCK threads that cover n elements."""
     return max(1, -(-n // BLOCK))
-
-
-def on_device(inputs: dict) -> dict:
-    """Host arrays copied to the device; scalars passed through."""
-    return {k: cuda.to_device(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
 
 
 def to_host(outputs):
