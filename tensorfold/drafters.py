@@ -11,7 +11,14 @@ class Drafter:
     name = "none"
 
     def propose(self, tokens: list, max_rows: int) -> list:
+        """A chain of guesses."""
         return []
+
+    def propose_tree(self, tokens: list, max_rows: int) -> tuple:
+        """A tree of up to `max_rows` guesses: (tokens, parents), where parents[i] is the index of the guess that
+        guess i follows, or -1 for the stream's next token itself. The default is the chain `propose` gives."""
+        chain = self.propose(tokens, max_rows)
+        return chain, list(range(-1, len(chain) - 1))
 
 
 class NgramDrafter(Drafter):
@@ -21,8 +28,8 @@ class NgramDrafter(Drafter):
 
     name = "ngram"
 
-    def __init__(self, longest: int = 3, shortest: int = 2):
-        self.longest, self.shortest = longest, shortest
+    def __init__(self, longest: int = 3, shortest: int = 2, branches: int = 1):
+        self.longest, self.shortest, self.branches = longest, shortest, branches
 
     def propose(self, tokens: list, max_rows: int) -> list:
         if max_rows <= 0:
@@ -36,9 +43,47 @@ class NgramDrafter(Drafter):
 
 
 def make_drafter(name: str) -> Drafter:
-    """A drafter by name: "ngram" or "none"."""
-    drafters = {"ngram": NgramDrafter, "none": Drafter}
+    """A drafter by name: "ngram" (chains), "ngram-tree" or "none"."""
+    drafters = {"ngram": NgramDrafter, "ngram-tree": NgramTreeDrafter, "none": Drafter}
     if name not in drafters:
         from .errors import TensorfoldError
         raise TensorfoldError(f"unknown drafter {name!r}: choose one of {', '.join(drafters)}")
     return drafters[name]()
+
+
+class NgramTreeDrafter(NgramDrafter):
+    """Prompt lookup with branches: the continuations of the `branches` latest matches (longest n-gram first),
+    merged into a tree that shares their common prefixes, so that the round verifies several guesses at once."""
+
+    name = "ngram-tree"
+
+    def __init__(self, longest: int = 3, shortest: int = 2, branches: int = 3):
+        super().__init__(longest, shortest, branches)
+
+    def continuations(self, tokens: list, max_rows: int) -> list:
+        found, seen = [], set()
+        for n in range(min(self.longest, len(tokens) - 1), self.shortest - 1, -1):
+            suffix = tokens[-n:]
+            for start in range(len(tokens) - n - 1, -1, -1):
+                if tokens[start:start + n] == suffix:
+                    follow = tuple(tokens[start + n:start + n + max_rows])
+                    if follow and follow not in seen:
+                        seen.add(follow)
+                        found.append(follow)
+                        if len(found) == self.branches:
+                            return found
+        return found
+
+    def propose_tree(self, tokens: list, max_rows: int) -> tuple:
+        ids, parents, node = [], [], {}  # node: (parent index, token) -> index, the trie of the continuations
+        for follow in self.continuations(tokens, max_rows):
+            parent = -1
+            for token in follow:
+                if (parent, token) not in node:
+                    if len(ids) == max_rows:
+                        break
+                    node[(parent, token)] = len(ids)
+                    ids.append(token)
+                    parents.append(parent)
+                parent = node[(parent, token)]
+        return ids, parents

@@ -244,8 +244,12 @@ class Engine:
             return Window(stream.state, prompt[stream.prompt_fed:stream.prompt_fed + self.chunk], "last")
         request = stream.request
         room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste
-        drafts = self.drafter.propose(stream.tokens, room) if request.params.draft and room > 0 else []
-        return Window(stream.state, [stream.next_token] + list(drafts), "all")
+        drafts, parents = self.drafter.propose_tree(stream.tokens, room) if request.params.draft and room > 0 \
+            else ([], [])
+        ids = [stream.next_token] + list(drafts)
+        if list(parents) == list(range(-1, len(drafts) - 1)):
+            return Window(stream.state, ids, "all")  # a chain
+        return Window(stream.state, ids, "all", parents=[-1] + [p + 1 for p in parents])
 
     def _after(self, stream: Stream, window: Window, logits: np.ndarray) -> None:
         """Keep the accepted rows and hand out the new tokens."""
@@ -261,6 +265,9 @@ class Engine:
             return
         drafts = window.ids[1:]
         request.stats.drafted += len(drafts)
+        if window.parents is not None:
+            self._walk_tree(stream, window, logits)
+            return
         kept = 0
         for row in range(len(window.ids)):
             token = self._sample(request, logits[row])
@@ -270,6 +277,23 @@ class Engine:
             request.stats.accepted += 1
         if request.finish_reason is None:
             stream.state.keep(kept)
+
+    def _walk_tree(self, stream: Stream, window: Window, logits) -> None:
+        """Verify a tree: from the root, follow the child whose token equals the model's own token at that row."""
+        request = stream.request
+        children = {r: [c for c, parent in enumerate(window.parents) if parent == r] for r in range(len(window.ids))}
+        path, row = [0], 0
+        while True:
+            token = self._sample(request, logits[row])
+            if not self._emit(stream, token):
+                break
+            row = next((c for c in children[row] if window.ids[c] == token), None)
+            if row is None:
+                break
+            request.stats.accepted += 1
+            path.append(row)
+        if request.finish_reason is None:
+            stream.state.keep_path(path)
 
     def _sample(self, request: Request, logits_row) -> int:
         """The token for the request's next output position. Penalties and logprobs depend only on the output so

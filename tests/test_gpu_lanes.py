@@ -1,5 +1,6 @@
-"""Lane rounds on the GPU at Qwen3.5-0.8B's shapes (random weights, 4 of its 24 layers): drafted equals undrafted,
-concurrent equals solo, deferred keep on and off, and a stream of more than 8,192 keys beside a short one.
+"""Lane rounds on the GPU at Qwen3.5-0.8B's shapes (random weights, 4 of its 24 layers): drafted chains and trees
+equal undrafted, concurrent equals solo, deferred keep on and off, and a stream of more than 8,192 keys beside a
+short one.
 
 Runs only with `pytest --gpu`; `LANES_BACKEND=numpy` runs the same checks on the twins with a tiny config."""
 import dataclasses
@@ -13,7 +14,7 @@ from tensorfold.drafters import NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.qwen35 import KeepPolicy, Window
 
-from test_lanes import OracleDrafter
+from test_lanes import OracleDrafter, OracleTreeDrafter
 
 BACKEND = os.environ.get("LANES_BACKEND", "cuda")
 pytestmark = pytest.mark.gpu if BACKEND == "cuda" else []
@@ -35,7 +36,7 @@ def test_rounds_equal_solo_with_and_without_drafts_and_deferred_keep(model):
     for tokens, sampling in ((24, dict(temperature=0.0)), (8, dict(temperature=0.8, seed=3))):
         solo = [model.generate(p, tokens, stop_ids=(), **sampling) for p in prompts]
         for late in (True, False):
-            for drafter in (NgramDrafter(), OracleDrafter(prompts, solo)):
+            for drafter in (NgramDrafter(), OracleDrafter(prompts, solo), OracleTreeDrafter(prompts, solo)):
                 engine = Engine(model, parallel=4, drafter=drafter, keep=KeepPolicy(late=late), context=4096)
                 requests = [engine.submit(p, SamplingParams(max_tokens=tokens, stop_ids=(), **sampling))
                             for p in prompts]

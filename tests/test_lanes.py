@@ -302,3 +302,86 @@ def test_engine_keep_late_switch(tiny, late, monkeypatch):
     while engine.run_round():
         pass
     assert [r.output for r in requests] == solo
+
+
+# --- trees --------------------------------------------------------------------------------------------------------
+
+TREE = [-1, 0, 0, 1, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9, 10, 11]  # 16 rows, depth up to 5, siblings at every level
+
+
+def tree_ids(rng, parents):
+    return [int(t) for t in rng.integers(0, 500, len(parents))]
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("committed", [40, 124])  # 124 + depth crosses the 128-key chunk boundary
+def test_tree_rows_equal_one_row_steps_along_their_ancestors(tiny, late, committed):
+    rng = np.random.default_rng(committed)
+    prompt, ids = [int(t) for t in rng.integers(0, 500, committed)], tree_ids(rng, TREE)
+    other = [int(t) for t in rng.integers(0, 500, 200)]
+    state, beside = tiny.net.new_state(policy=KeepPolicy(late=late)), tiny.net.new_state()
+    tiny.net.forward(prompt, state)
+    tiny.net.forward(other[:150], beside)
+    window = Window(state, ids, parents=TREE)
+    got, _ = tiny.net.forward_round([window, Window(beside, other[150:])])
+    for r in range(len(TREE)):
+        path = window.ancestors(r)[::-1] + [r]
+        expected, _ = one_row_steps(tiny, prompt + [ids[a] for a in path])
+        assert got[r].tobytes() == expected[-1].tobytes(), f"row {r}"
+    # Keep the path to row 12 (0, 1, 3, 7, 11... 12's ancestors) and step on: equal to steps of the kept tokens.
+    path = window.ancestors(12)[::-1] + [12]
+    state.keep_path(path)
+    assert state.length == committed + len(path)
+    expected, _ = one_row_steps(tiny, prompt + [ids[r] for r in path] + [9])
+    assert tiny.net.forward([9], state).tobytes() == expected[-1:].tobytes()
+
+
+def test_control_a_tree_read_as_a_chain_is_caught(tiny):
+    """Control: rows that read their slot-order predecessors (the seeds' tree bug) instead of their ancestors."""
+    rng = np.random.default_rng(1)
+    prompt, ids = [int(t) for t in rng.integers(0, 500, 30)], tree_ids(rng, TREE)
+    state = tiny.net.new_state()
+    tiny.net.forward(prompt, state)
+    as_chain = tiny.net.forward_round([Window(state, ids)])[0]
+    path = [0, 2, 5, 9, 13]  # a path that is not a prefix of the slot order
+    expected, _ = one_row_steps(tiny, prompt + [ids[a] for a in path])
+    assert as_chain[13].tobytes() != expected[-1].tobytes()
+
+
+class OracleTreeDrafter(OracleDrafter):
+    """Trees whose branches hold the known continuation (with every fifth guess wrong) and a wrong sibling at each
+    level: the walk must pick the right child among siblings."""
+
+    def propose_tree(self, tokens, max_rows):
+        chain = self.propose(tokens, max_rows // 2)
+        ids, parents = [], []
+        for depth, token in enumerate(chain):
+            parent = -1 if depth == 0 else 2 * depth - 1  # under the previous level's guess
+            ids += [(token + 7) % 500, token]  # a wrong sibling first, then the guess
+            parents += [parent, parent]
+        return ids, parents
+
+
+@pytest.mark.parametrize("late", [True, False])
+def test_tree_drafts_equal_undrafted_and_solo(tiny, late):
+    from tensorfold.drafters import NgramTreeDrafter
+    prompts = [tiny.tokenizer.encode(p) for p in PROMPTS]
+    for sampling in (dict(temperature=0.0), dict(temperature=0.9, seed=4)):
+        solo = [tiny.generate(p, 30, stop_ids=(), **sampling) for p in prompts]
+        for drafter in (OracleTreeDrafter(prompts, solo), NgramTreeDrafter()):
+            engine = Engine(tiny, parallel=4, drafter=drafter, keep=KeepPolicy(late=late))
+            requests = [engine.submit(p, SamplingParams(max_tokens=30, stop_ids=(), **sampling)) for p in prompts]
+            while engine.run_round():
+                pass
+            assert [r.output for r in requests] == solo, drafter.name
+            if isinstance(drafter, OracleTreeDrafter):
+                assert all(r.stats.accepted > r.stats.rounds for r in requests)  # deep paths through the siblings
+
+
+def test_ngram_tree_drafter_shares_prefixes():
+    from tensorfold.drafters import NgramTreeDrafter
+    tokens = [1, 2, 3, 9, 1, 2, 3, 8, 7, 1, 2, 3, 8, 6, 1, 2, 3]
+    ids, parents = NgramTreeDrafter(branches=3).propose_tree(tokens, 8)
+    assert ids[0] == 8 and parents[0] == -1  # the latest match's continuation comes first
+    assert all(p < i for i, p in enumerate(parents)) and len(ids) <= 8
+    assert ids.count(8) == 1  # "8 ..." continuations share their first node

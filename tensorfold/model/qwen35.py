@@ -33,7 +33,8 @@ class DeltaNetRecord:
     log: tuple  # (decay, delta, key) per row: replaying rows 0..n-1 gives the state after row n-1
     inputs: object  # the raw conv inputs of the window's rows
     tail: object  # the conv tail the window started from
-    new_tail: object  # the conv tail after every row
+    new_tail: object  # the conv tail after every row (chains)
+    states: list | None = None  # trees: the state after each row, each row having started from its parent's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ class StreamState:
         self.pending_rows = 0  # kept DeltaNet rows not yet applied to `recurrent` (the same count in every layer)
         self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
+        self.tree_kv = {}  # attention layer -> (keys, values) of the last tree window's rows
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
                 self.recurrent[i] = ops.zeros((c.linear_num_value_heads, c.linear_key_head_dim,
@@ -98,8 +100,38 @@ class StreamState:
                 self.recurrent[i] = self.scan_start(i)
             self.pending_rows, self.pending = 0, {}
 
+    def keep_path(self, path: list) -> None:
+        """Commit a tree window's rows along `path` (the root, then each kept row a child of the one before)."""
+        n = len(path)
+        assert self.window_rows and all(r < self.window_rows for r in path), "keep a path of the last tree window"
+        p, ops = self.policy, self.ops
+        defer = p.late and self.window_rows > 1 and self.pending_rows + n <= p.capacity
+        for i, record in self.records.items():
+            if n == 0:
+                continue
+            if defer:
+                rows = tuple(ops.concat_rows([part[r:r + 1] for r in path]) for part in record.log)
+                self.pending[i] = rows if not self.pending_rows else tuple(
+                    ops.concat_rows([old, new]) for old, new in zip(self.pending[i], rows))
+            else:
+                self.recurrent[i] = record.states[path[-1]]  # the same updates, in path order, as a replay
+            self.conv_tail[i] = ops.concat_rows([record.tail] + [record.inputs[r:r + 1] for r in path])[n:]
+        for i, (k, v) in self.tree_kv.items():  # compact: the path's rows to length + depth
+            for depth, r in enumerate(path):
+                self.keys[i] = ops.append_rows(self.keys[i], self.length + depth, k[r:r + 1], self.max_rows)
+                self.values[i] = ops.append_rows(self.values[i], self.length + depth, v[r:r + 1], self.max_rows)
+        if n and self.records:
+            self.pending_rows = self.pending_rows + n if defer else 0
+            if not defer:
+                self.pending = {}
+        self.length += n
+        self.window_rows = 0
+        self.records, self.tree_kv = {}, {}
+        if self.pending_rows >= p.threshold:
+            self.land()
+
     def keep(self, n: int, write_back: bool = False) -> None:
-        """Commit the first n rows of the last window (0 <= n <= its rows). Their DeltaNet rows go to the pending
+        """Commit the first n rows of the last (chain) window (0 <= n <= its rows). Their DeltaNet rows go to the pending
         buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do not
         fit; then the state is written at once."""
         assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
@@ -124,21 +156,44 @@ class StreamState:
                 self.pending = {}
         self.length += n
         self.window_rows = 0
-        self.records = {}
+        self.records, self.tree_kv = {}, {}
         if self.pending_rows >= p.threshold:
             self.land()
 
 
 @dataclasses.dataclass
 class Window:
-    """One stream's rows in a round: `ids` continue `state` as a chain; logits for "all" rows or the "last"."""
+    """One stream's rows in a round: `ids` continue `state`; logits for "all" rows or the "last".
+
+    Without `parents` the rows are a chain (row r follows row r - 1). With them they are a tree: `parents[r]` is the
+    row that row r follows (-1 for row 0, the root, which follows the stream), always an earlier row. A tree row
+    sits at position length + its depth, and sees the stream and its own ancestors, never its siblings."""
     state: StreamState
     ids: list
     logits_for: str = "all"
+    parents: list | None = None
+
+    @property
+    def depths(self) -> list:
+        if self.parents is None:
+            return list(range(len(self.ids)))
+        depths = []
+        for r, parent in enumerate(self.parents):
+            assert (r == 0) == (parent == -1) and parent < r, f"row {r}: parent {parent} must be an earlier row"
+            depths.append(0 if parent < 0 else depths[parent] + 1)
+        return depths
 
     @property
     def positions(self) -> np.ndarray:
-        return np.arange(self.state.length, self.state.length + len(self.ids))
+        return self.state.length + np.asarray(self.depths)
+
+    def ancestors(self, r: int) -> list:
+        """Row r's ancestors in the window, nearest first."""
+        chain = []
+        while self.parents[r] >= 0:
+            r = self.parents[r]
+            chain.append(r)
+        return chain
 
 
 class Qwen35:
@@ -198,18 +253,49 @@ class Qwen35:
                                          ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
         outs = []
         for win, (a, b) in zip(windows, spans):  # the conv and the scan read the stream's own history
-            state, n = win.state, b - a
-            conv, new_tail = ops.causal_conv(mixed[a:b], state.conv_tail[i], w[p + "conv1d.weight"])
-            q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(n, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
-            k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(n, nk, dk), L2NORM_EPS)
-            v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(n, nv, dv)
+            state = win.state
             start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-            out, after, log = ops.deltanet_scan(start, q, k, v, decay[a:b], beta[a:b])
-            state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
+            if win.parents is None:
+                out, after, log, new_tail = self.deltanet_rows(mixed[a:b], state.conv_tail[i], start, decay[a:b],
+                                                               beta[a:b], i)
+                state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
+            else:
+                out, log, states = self.deltanet_tree(win, mixed[a:b], start, decay[a:b], beta[a:b], i)
+                state.records[i] = DeltaNetRecord(start, None, log, mixed[a:b], state.conv_tail[i], None, states)
             outs.append(out)
         out = ops.concat_rows(outs) if len(outs) > 1 else outs[0]
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
+
+    def deltanet_rows(self, mixed, tail, start, decay, beta, i):
+        """A chain of rows through the conv and the scan: (out, state after the last row, log, new conv tail)."""
+        c, ops, w = self.config, self.ops, self.weights
+        nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
+        n = mixed.shape[0]
+        conv, new_tail = ops.causal_conv(mixed, tail, w[f"layers.{i}.linear_attn.conv1d.weight"])
+        q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(n, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
+        k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(n, nk, dk), L2NORM_EPS)
+        v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(n, nv, dv)
+        out, after, log = ops.deltanet_scan(start, q, k, v, decay, beta)
+        return out, after, log, new_tail
+
+    def deltanet_tree(self, win, mixed, start, decay, beta, i):
+        """A tree's rows one at a time, each as the one-row step it stands for: its conv window is its ancestors'
+        inputs running on into the stream's tail, and its scan starts from its parent's state."""
+        ops, tail = self.ops, win.state.conv_tail[i]
+        history = tail.shape[0]
+        outs, states, logs = [], [], []
+        for r in range(len(win.ids)):
+            path = win.ancestors(r)[:history][::-1]  # up to K - 1 ancestors, oldest first
+            own_tail = ops.concat_rows([tail[len(path):]] + [mixed[a:a + 1] for a in path])
+            parent = win.parents[r]
+            out, after, log, _ = self.deltanet_rows(mixed[r:r + 1], own_tail, start if parent < 0 else states[parent],
+                                                    decay[r:r + 1], beta[r:r + 1], i)
+            outs.append(out)
+            states.append(after)
+            logs.append(log)
+        log = tuple(ops.concat_rows([row[part] for row in logs]) for part in range(3))
+        return ops.concat_rows(outs), log, states
 
     def attention(self, x, windows, spans, i):
         """A gated full-attention layer: q/gate interleaved per head, q/k norms, partial RoPE, GQA, sigmoid gate."""
@@ -226,6 +312,9 @@ class Qwen35:
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         outs = []
         for win, (a, b) in zip(windows, spans):  # each row reads its own stream's keys, up to its own position
+            if win.parents is not None:
+                outs.append(self.attention_tree(win, q[a:b], k[a:b], v[a:b], i))
+                continue
             state = win.state
             state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b], state.max_rows)
             state.values[i] = ops.append_rows(state.values[i], state.length, v[a:b], state.max_rows)
@@ -234,3 +323,27 @@ class Qwen35:
             outs.append(ops.attention_merge(*partial))
         out = (ops.concat_rows(outs) if len(outs) > 1 else outs[0]).reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])
+
+    def attention_tree(self, win, q, k, v, i):
+        """A tree's rows in depth-first order: each writes its key and value at length + depth, over whatever a
+        finished branch left there, so that when a row reads keys 0 .. its position, the ones past the stream
+        are exactly its ancestors' and its own (as in the one-row steps it stands for)."""
+        ops, state = self.ops, win.state
+        depths, children = win.depths, {r: [] for r in range(-1, len(win.ids))}
+        for r, parent in enumerate(win.parents):
+            children[parent].append(r)
+        order, todo = [], [0]
+        while todo:  # preorder: a row comes before its children, a finished subtree before the next sibling
+            r = todo.pop()
+            order.append(r)
+            todo.extend(reversed(children[r]))
+        outs = [None] * len(win.ids)
+        for r in order:
+            slot = state.length + depths[r]
+            state.keys[i] = ops.append_rows(state.keys[i], slot, k[r:r + 1], state.max_rows)
+            state.values[i] = ops.append_rows(state.values[i], slot, v[r:r + 1], state.max_rows)
+            partial = ops.attention_partial(q[r:r + 1], state.keys[i], state.values[i], np.array([slot + 1]),
+                                            1.0 / math.sqrt(self.config.head_dim))
+            outs[r] = ops.attention_merge(*partial)
+        state.tree_kv[i] = (k, v)  # a kept path's rows are written again in path order
+        return ops.concat_rows(outs)

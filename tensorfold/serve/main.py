@@ -9,7 +9,7 @@ from ..errors import TensorfoldError
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorfold-serve", description="An OpenAI-compatible server for Qwen3.5 models.")
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
-    p.add_argument("--drafter", default="ngram", help="ngram or none (default ngram)")
+    p.add_argument("--drafter", default="ngram", help="ngram (chains), ngram-tree (trees) or none (default ngram)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--parallel", type=int, default=4, help="streams decoded together (default 4)")
@@ -47,9 +47,9 @@ def build(args):
     from ..prompt_cache import PromptCache
     from .app import Server
 
-    if args.drafter not in ("ngram", "none"):
+    if args.drafter not in ("ngram", "ngram-tree", "none"):
         raise TensorfoldError(f"--drafter {args.drafter!r}: block drafter checkpoints are not supported yet; "
-                              "use ngram or none")
+                              "use ngram, ngram-tree or none")
     model = load(args.model or default_model(), backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)
     cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
