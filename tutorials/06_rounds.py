@@ -1,6 +1,6 @@
 """
-Lane rounds and the deferred keep
-=================================
+Lane rounds, trees and the deferred keep
+========================================
 
 The engine does not run one stream at a time: each *round*, every active stream gives one *window* of rows (a
 prompt chunk, a decode row, or a decode row followed by drafted tokens), and all the windows go through one
@@ -17,7 +17,8 @@ You will learn about:
 * ``StreamState.keep(n)``: a partial keep of a drafted chain, and how it equals a stream that only ever saw the
   kept rows;
 * the deferred keep (``KeepPolicy``): what waits in the pending buffer, when it lands (a one-row window, a prompt
-  chunk, the threshold, a path that does not fit, a snapshot), why no bit changes, and what it costs in memory.
+  chunk, the threshold, a path that does not fit, a snapshot), why no bit changes, and what it costs in memory;
+* drafted trees: rows at length + depth that see only their ancestors, and ``keep_path``.
 
 Run it with ``python tutorials/06_rounds.py``; it runs on the NumPy backend, needs no GPU and no network, and takes
 a few seconds.
@@ -298,4 +299,34 @@ planted.pending = {i: tuple(part[1:] for part in log) for i, log in planted.pend
 planted.pending_rows -= 1
 bad = net.forward([9], planted)
 check(not same(bad, one_row_steps(tokens[:24] + [9])[-1:]), "control: a dropped pending row changes the bits")
+
+# %%
+# A drafted tree
+# --------------
+# A drafter can also propose several continuations at once, as a tree: each row names its parent (-1 for the
+# decode row at the root) and sits at the stream's length plus its depth. Siblings share a position and never see
+# each other. Here the decode row has two children, and the first child two more:
+#
+#   row:     0 --+-- 1 --+-- 3          depth 0, 1, 2
+#                |       +-- 4
+#                +-- 2
+#
+# Row 4 must give the bits of one-row steps over (0, 1, 4): its conv window, its DeltaNet state and its keys are
+# its ancestors', never rows 2 or 3, although those come first in row order.
+tree_tokens = [int(t) for t in rng.integers(0, c.vocab_size, 5)]
+parents = [-1, 0, 0, 1, 1]
+rooted = net.new_state()
+net.forward(tokens[:20], rooted)
+window = Window(rooted, tree_tokens, parents=parents)
+print(f"depths {window.depths}, positions {[int(p) for p in window.positions]}")
+tree_logits = net.forward_round([window])[0]
+for r in range(len(parents)):
+    path = window.ancestors(r)[::-1] + [r]
+    check(same(tree_logits[r:r + 1], one_row_steps(tokens[:20] + [tree_tokens[a] for a in path])[-1:]),
+          f"tree row {r} == one-row steps along {path}, bit for bit")
+rooted.keep_path([0, 1, 4])  # the walk accepted row 1, then row 4
+check(rooted.length == 23, "keeping a path commits its rows at length + depth")
+check(same(net.forward([9], rooted), one_row_steps(tokens[:20] + [tree_tokens[0], tree_tokens[1],
+                                                                  tree_tokens[4], 9])[-1:]),
+      "after keeping the path, the next step equals one-row steps of the kept tokens")
 print("all checks passed")
