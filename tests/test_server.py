@@ -252,13 +252,13 @@ def test_resumed_prompt_equals_fresh(served, tiny_model):
 
 
 def test_prompt_cache_evicts_least_recently_used(tiny_model):
-    from tensorfold.model.qwen35 import Window  # noqa: F401  (the cache stores StreamStates)
     state = tiny_model.net.new_state()
     tiny_model.net.forward(list(range(1, 33)), state)
     cache = PromptCache(1, 32)
     cache.store(list(range(1, 33)), state)
     assert not cache.entries  # larger than the whole budget: not kept
-    one = __import__("tensorfold.prompt_cache", fromlist=["Snapshot"]).Snapshot(state).nbytes
+    from tensorfold.prompt_cache import Snapshot
+    one = Snapshot(state).nbytes
     cache = PromptCache(2 * one, 32)
     for first in (1, 2, 3):
         s = tiny_model.net.new_state()

@@ -1,6 +1,5 @@
 """Small helpers shared by the kernel files: the element-grid size, copying results back, and planted controls."""
 import numpy as np
-from numba import cuda
 
 BLOCK = 256  # threads per block of the one-thread-per-element kernels
 

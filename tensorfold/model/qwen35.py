@@ -100,6 +100,23 @@ class StreamState:
                 self.recurrent[i] = self.scan_start(i)
             self.pending_rows, self.pending = 0, {}
 
+    def _pend(self, i, rows) -> None:
+        """Append kept log rows (decay, delta, key) to layer i's pending buffer."""
+        self.pending[i] = rows if not self.pending_rows else tuple(
+            self.ops.concat_rows([old, new]) for old, new in zip(self.pending[i], rows))
+
+    def _committed(self, n: int, deferred: bool) -> None:
+        """After a keep of n rows: the pending count, the length, and a landing at the threshold."""
+        if n and self.records:
+            self.pending_rows = self.pending_rows + n if deferred else 0
+            if not deferred:
+                self.pending = {}
+        self.length += n
+        self.window_rows = 0
+        self.records, self.tree_kv = {}, {}
+        if self.pending_rows >= self.policy.threshold:
+            self.land()
+
     def keep_path(self, path: list) -> None:
         """Commit a tree window's rows along `path` (the root, then each kept row a child of the one before)."""
         n = len(path)
@@ -110,9 +127,7 @@ class StreamState:
             if n == 0:
                 continue
             if defer:
-                rows = tuple(ops.concat_rows([part[r:r + 1] for r in path]) for part in record.log)
-                self.pending[i] = rows if not self.pending_rows else tuple(
-                    ops.concat_rows([old, new]) for old, new in zip(self.pending[i], rows))
+                self._pend(i, tuple(ops.concat_rows([part[r:r + 1] for r in path]) for part in record.log))
             else:
                 self.recurrent[i] = record.states[path[-1]]  # the same updates, in path order, as a replay
             self.conv_tail[i] = ops.concat_rows([record.tail] + [record.inputs[r:r + 1] for r in path])[n:]
@@ -120,20 +135,12 @@ class StreamState:
             for depth, r in enumerate(path):
                 self.keys[i] = ops.append_rows(self.keys[i], self.length + depth, k[r:r + 1], self.max_rows)
                 self.values[i] = ops.append_rows(self.values[i], self.length + depth, v[r:r + 1], self.max_rows)
-        if n and self.records:
-            self.pending_rows = self.pending_rows + n if defer else 0
-            if not defer:
-                self.pending = {}
-        self.length += n
-        self.window_rows = 0
-        self.records, self.tree_kv = {}, {}
-        if self.pending_rows >= p.threshold:
-            self.land()
+        self._committed(n, defer)
 
     def keep(self, n: int, write_back: bool = False) -> None:
-        """Commit the first n rows of the last (chain) window (0 <= n <= its rows). Their DeltaNet rows go to the pending
-        buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do not
-        fit; then the state is written at once."""
+        """Commit the first n rows of the last (chain) window (0 <= n <= its rows). Their DeltaNet rows go to the
+        pending buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do
+        not fit; then the state is written at once."""
         assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
         p = self.policy
         defer = p.late and not write_back and self.window_rows > 1 and self.pending_rows + n <= p.capacity
@@ -141,24 +148,14 @@ class StreamState:
             if n == 0:
                 continue
             if defer:
-                rows = tuple(part[:n] for part in record.log)
-                self.pending[i] = rows if not self.pending_rows else tuple(
-                    self.ops.concat_rows([old, new]) for old, new in zip(self.pending[i], rows))
+                self._pend(i, tuple(part[:n] for part in record.log))
             elif n == self.window_rows:
                 self.recurrent[i] = record.after  # record.before already had the pending rows replayed
             else:
                 self.recurrent[i] = self.ops.deltanet_apply(record.before, record.log, range(n))
             self.conv_tail[i] = record.new_tail if n == self.window_rows else self.ops.concat_rows(
                 [record.tail, record.inputs[:n]])[n:]
-        if n and self.records:
-            self.pending_rows = self.pending_rows + n if defer else 0
-            if not defer:
-                self.pending = {}
-        self.length += n
-        self.window_rows = 0
-        self.records, self.tree_kv = {}, {}
-        if self.pending_rows >= p.threshold:
-            self.land()
+        self._committed(n, defer)
 
 
 @dataclasses.dataclass
@@ -245,8 +242,7 @@ class Qwen35:
         """A Gated DeltaNet layer: projections, causal conv, L2-normed q/k, gated delta rule, gated norm, out."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
-        rows = x.shape[0]
-        nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
+        rows, nv, dv = x.shape[0], c.linear_num_value_heads, c.linear_value_head_dim
         mixed = ops.linear(x, w[p + "in_proj_qkv.weight"])  # [rows, C]: q | k | v, each head-major
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
         decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
