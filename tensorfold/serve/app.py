@@ -110,8 +110,7 @@ class Server:
 
     async def body(self, request: Request) -> dict:
         """The JSON object of a POST, after the auth and size checks."""
-        if self.api_key and request.headers.get("authorization") != f"Bearer {self.api_key}":
-            raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
+        self.check_auth(request)
         if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
             raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
         raw = await request.body()
