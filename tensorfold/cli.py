@@ -19,26 +19,41 @@ def default_model() -> str:
 
 def cmd_generate(args) -> None:
     from .api import load
+    from .drafters import make_drafter
+    from .engine import Engine, SamplingParams
 
     started = time.perf_counter()
     model = load(args.model or default_model(), backend=args.backend)
+    drafter = make_drafter(args.drafter, model, args.draft_shape, args.draft_rows)
     print(f"# {model.path}: {model.config.num_hidden_layers} layers, {model.weight_bytes / 2**20:.1f} MiB of "
-          f"weights, backend {model.backend.name}, loaded in {time.perf_counter() - started:.2f} s", file=sys.stderr)
+          f"weights, backend {model.backend.name}, drafter {drafter.name}, loaded in "
+          f"{time.perf_counter() - started:.2f} s", file=sys.stderr)
     if args.chat is not None:
         messages = [{"role": "user", "content": args.chat}]
         ids = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     else:
         ids = model.tokenizer.encode(args.prompt)
         print(args.prompt, end="", flush=True)
+    engine = Engine(model, parallel=1, context=min(len(ids) + args.max_tokens, model.config.max_position_embeddings),
+                    drafter=drafter)
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, min_p=args.min_p, seed=args.seed)
     decoder = model.tokenizer.decoder(skip_special_tokens=True)
-    started, count = time.perf_counter(), 0
-    for token in model.stream(ids, args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                              top_k=args.top_k, min_p=args.min_p, seed=args.seed):
-        print(decoder.push(token), end="", flush=True)
-        count += 1
+    started = time.perf_counter()
+    engine.start()
+    try:
+        request = engine.submit(ids, params)
+        for token in request:
+            print(decoder.push(token), end="", flush=True)
+    finally:
+        engine.stop()
     print(decoder.flush())
-    elapsed = time.perf_counter() - started
-    print(f"# {len(ids)} prompt tokens, {count} generated in {elapsed:.2f} s", file=sys.stderr)
+    elapsed, stats = time.perf_counter() - started, request.stats
+    drafted = (f"; {stats.accepted} of {stats.drafted} drafted tokens accepted, "
+               f"{(stats.accepted + stats.draft_rounds) / stats.draft_rounds:.2f} tokens per drafted round"
+               if stats.draft_rounds else "")
+    print(f"# {len(ids)} prompt tokens, {stats.output_tokens} generated in {elapsed:.2f} s, {stats.rounds} rounds"
+          f"{drafted}", file=sys.stderr)
 
 
 def cmd_make_tiny(args) -> None:
@@ -81,6 +96,10 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
+    gen.add_argument("--drafter", default="auto", help="a DFlash block drafter folder, ngram, ngram-tree, none, or "
+                     "auto (the model's own drafter/ folder if it has one, else ngram); output is the same either way")
+    gen.add_argument("--draft-shape", default="tree", choices=("tree", "chain"))
+    gen.add_argument("--draft-rows", type=int, default=16, help="a block drafter's rows per round, root included")
     gen.set_defaults(run=cmd_generate)
 
     tiny = commands.add_parser("make-tiny", help="write a small random Qwen3.5 checkpoint")

@@ -3,21 +3,36 @@
 A drafter never changes what is generated: the engine accepts a drafted token only where it equals the token the
 model itself samples at that position, so drafting only changes how many tokens one round yields.
 """
+import os
 
 
 class Drafter:
-    """The interface: propose up to `max_rows` tokens that may follow `tokens` (the stream's prompt and output)."""
+    """The interface: propose up to `max_rows` tokens that may follow `tokens` (the stream's prompt and output; its
+    last token is the one sampled last, not yet run through the model).
+
+    A drafter that reads the model's hidden states (the block drafter) names the layers it needs in `taps`; the
+    engine then gives it, for every stream, a state of its own (`new_stream`) and, after each round, the outputs of
+    those layers at the rows the stream committed (`observe`). Drafters that read only tokens ignore both."""
 
     name = "none"
+    taps: tuple = ()  # target layers whose outputs (the residual stream after the layer) the drafter reads
 
-    def propose(self, tokens: list, max_rows: int) -> list:
+    def new_stream(self):
+        """Per-stream drafter state, handed back to `observe` and the proposals."""
+        return None
+
+    def observe(self, state, features: list, position: int) -> None:
+        """Rows the stream committed: `features[j]` holds layer taps[j]'s output [rows, hidden] at positions
+        position, position + 1, ..."""
+
+    def propose(self, tokens: list, max_rows: int, state=None) -> list:
         """A chain of guesses."""
         return []
 
-    def propose_tree(self, tokens: list, max_rows: int) -> tuple:
+    def propose_tree(self, tokens: list, max_rows: int, state=None) -> tuple:
         """A tree of up to `max_rows` guesses: (tokens, parents), where parents[i] is the index of the guess that
         guess i follows, or -1 for the stream's next token itself. The default is the chain `propose` gives."""
-        chain = self.propose(tokens, max_rows)
+        chain = self.propose(tokens, max_rows, state)
         return chain, list(range(-1, len(chain) - 1))
 
 
@@ -31,7 +46,7 @@ class NgramDrafter(Drafter):
     def __init__(self, longest: int = 3, shortest: int = 2, branches: int = 1):
         self.longest, self.shortest, self.branches = longest, shortest, branches
 
-    def propose(self, tokens: list, max_rows: int) -> list:
+    def propose(self, tokens: list, max_rows: int, state=None) -> list:
         if max_rows <= 0:
             return []
         for n in range(min(self.longest, len(tokens) - 1), self.shortest - 1, -1):
@@ -42,13 +57,27 @@ class NgramDrafter(Drafter):
         return []
 
 
-def make_drafter(name: str) -> Drafter:
-    """A drafter by name: "ngram" (chains), "ngram-tree" or "none"."""
+NAMED = ("auto", "ngram", "ngram-tree", "none")
+
+
+def make_drafter(name: str, model=None, shape: str = "tree", rows: int = 16) -> Drafter:
+    """A drafter by name: "ngram" (chains), "ngram-tree", "none", a DFlash block drafter checkpoint folder (for
+    `model`, drafting trees or chains of up to `rows` rows with the root), or "auto": the model's own block drafter
+    when its folder has one (a `drafter/` folder beside the weights), else "ngram"."""
+    from .errors import TensorfoldError
+    if name == "auto":
+        own = os.path.join(model.path, "drafter") if model is not None else ""
+        name = own if os.path.isfile(os.path.join(own, "config.json")) else "ngram"
     drafters = {"ngram": NgramDrafter, "ngram-tree": NgramTreeDrafter, "none": Drafter}
-    if name not in drafters:
-        from .errors import TensorfoldError
-        raise TensorfoldError(f"unknown drafter {name!r}: choose one of {', '.join(drafters)}")
-    return drafters[name]()
+    if name in drafters:
+        return drafters[name]()
+    if not os.path.isdir(name):
+        raise TensorfoldError(f"unknown drafter {name!r}: choose one of {', '.join(NAMED)} or give the folder of a "
+                              "DFlash block drafter checkpoint")
+    if model is None:
+        raise TensorfoldError("a block drafter needs the model it drafts for")
+    from .model.dflash import load_drafter
+    return load_drafter(name, model, shape=shape, rows=rows)
 
 
 class NgramTreeDrafter(NgramDrafter):
@@ -74,7 +103,7 @@ class NgramTreeDrafter(NgramDrafter):
                             return found
         return found
 
-    def propose_tree(self, tokens: list, max_rows: int) -> tuple:
+    def propose_tree(self, tokens: list, max_rows: int, state=None) -> tuple:
         ids, parents, node = [], [], {}  # node: (parent index, token) -> index, the trie of the continuations
         for follow in self.continuations(tokens, max_rows):
             parent = -1

@@ -70,6 +70,8 @@ class RequestStats:
     cached_tokens: int = 0  # prompt tokens resumed from the prompt cache
     drafted: int = 0  # drafted rows verified
     accepted: int = 0  # drafted rows accepted
+    draft_rounds: int = 0  # rounds that verified drafts: (accepted + draft_rounds) / draft_rounds is the mean
+    #                        acceptance length, tokens per drafted round with the model's own token included
     prompt_tokens: int = 0
     output_tokens: int = 0
 
@@ -133,8 +135,8 @@ def log_probabilities(logits_row, token: int, top: int) -> tuple:
 class Stream:
     """A request in a lane: its cache, how much of its prompt is in, and the sampled token not yet fed back."""
 
-    def __init__(self, request: Request, state):
-        self.request, self.state = request, state
+    def __init__(self, request: Request, state, draft_state=None):
+        self.request, self.state, self.draft_state = request, state, draft_state
         self.prompt_fed = 0
         self.next_token: int | None = None
 
@@ -217,7 +219,7 @@ class Engine:
             return False
         windows = [self._window(stream) for stream in streams]
         try:
-            all_logits = self.model.net.forward_round(windows)
+            all_logits = self.model.net.forward_round(windows, taps=self.drafter.taps)
         except Exception as error:  # a failed round ends its streams with the error; the engine serves on
             for stream in streams:
                 stream.request.error = error
@@ -230,7 +232,8 @@ class Engine:
 
     def _admit(self, request: Request) -> Stream:
         """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
-        stream = Stream(request, self.model.net.new_state(max_rows=self.context, policy=self.keep))
+        stream = Stream(request, self.model.net.new_state(max_rows=self.context, policy=self.keep),
+                        self.drafter.new_stream() if request.params.draft else None)
         snapshot = self.prompt_cache.lookup(request.prompt) if self.prompt_cache is not None else None
         if snapshot is not None:
             snapshot.restore(stream.state)
@@ -244,8 +247,8 @@ class Engine:
             return Window(stream.state, prompt[stream.prompt_fed:stream.prompt_fed + self.chunk], "last")
         request = stream.request
         room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste
-        drafts, parents = self.drafter.propose_tree(stream.tokens, room) if request.params.draft and room > 0 \
-            else ([], [])
+        drafts, parents = self.drafter.propose_tree(stream.tokens, room, stream.draft_state) \
+            if request.params.draft and room > 0 else ([], [])
         ids = [stream.next_token] + list(drafts)
         if list(parents) == list(range(-1, len(drafts) - 1)):
             return Window(stream.state, ids, "all")  # a chain
@@ -256,6 +259,7 @@ class Engine:
         request = stream.request
         request.stats.rounds += 1
         if window.logits_for == "last":  # a prompt chunk
+            self._observe(stream, window, range(len(window.ids)))
             stream.state.keep(len(window.ids), write_back=True)  # a prompt chunk lands pending rows
             stream.prompt_fed += len(window.ids)
             if self.prompt_cache is not None and stream.prompt_fed in self.prompt_cache.marks(len(request.prompt)):
@@ -265,6 +269,8 @@ class Engine:
             return
         drafts = window.ids[1:]
         request.stats.drafted += len(drafts)
+        if drafts:
+            request.stats.draft_rounds += 1
         if window.parents is not None:
             self._walk_tree(stream, window, logits)
             return
@@ -276,6 +282,7 @@ class Engine:
                 break
             request.stats.accepted += 1
         if request.finish_reason is None:
+            self._observe(stream, window, range(kept))
             stream.state.keep(kept)
 
     def _walk_tree(self, stream: Stream, window: Window, logits) -> None:
@@ -293,7 +300,18 @@ class Engine:
             request.stats.accepted += 1
             path.append(row)
         if request.finish_reason is None:
+            self._observe(stream, window, path)
             stream.state.keep_path(path)
+
+    def _observe(self, stream: Stream, window: Window, rows) -> None:
+        """Show the drafter the tapped layer outputs at the rows the stream is about to keep, in order."""
+        if stream.draft_state is None or not window.features:
+            return
+        rows = list(rows)
+        prefix = rows == list(range(len(rows)))  # a chain's kept rows; a tree's path skips rows
+        kept = [f[:len(rows)] if prefix else self.model.backend.concat_rows([f[r:r + 1] for r in rows])
+                for f in window.features]
+        self.drafter.observe(stream.draft_state, kept, stream.state.length)
 
     def _sample(self, request: Request, logits_row) -> int:
         """The token for the request's next output position. Penalties and logprobs depend only on the output so

@@ -283,7 +283,7 @@ def test_an_engine_failure_is_a_500_and_the_server_serves_on(served, monkeypatch
     net = served.server.model.net
     real = net.forward_round
 
-    def broken(windows):
+    def broken(windows, taps=()):
         raise RuntimeError("planted failure")
 
     monkeypatch.setattr(net, "forward_round", broken)

@@ -169,6 +169,7 @@ class Window:
     ids: list
     logits_for: str = "all"
     parents: list | None = None
+    features: list | None = None  # after a forward with taps: each tapped layer's output at the window's rows
 
     @property
     def depths(self) -> list:
@@ -210,8 +211,11 @@ class Qwen35:
         state.keep(len(ids), write_back=True)
         return logits
 
-    def forward_round(self, windows: list) -> list:
-        """Run every window of a round in one pass; returns each window's logits. Nothing is kept yet."""
+    def forward_round(self, windows: list, taps: tuple = ()) -> list:
+        """Run every window of a round in one pass; returns each window's logits. Nothing is kept yet.
+
+        `taps` names layers whose outputs (the residual stream after the layer, before the final norm) a block
+        drafter reads: each window's `features` gets them, one [rows, hidden] array per tapped layer."""
         c, w, ops = self.config, self.weights, self.ops
         bounds = np.cumsum([0] + [len(win.ids) for win in windows])
         spans = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -219,6 +223,7 @@ class Qwen35:
             assert win.ids and win.state.window_rows == 0, "a stream runs one non-empty window per round"
             win.state.window_rows = len(win.ids)
         h = ops.embed(np.concatenate([np.asarray(win.ids) for win in windows]), w["embed_tokens.weight"])
+        tapped = {}
         for i, kind in enumerate(c.layer_types):
             p = f"layers.{i}."
             x = ops.rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
@@ -226,6 +231,10 @@ class Qwen35:
             h = ops.add(h, mixer(x, windows, spans, i))
             x = ops.rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
             h = ops.add(h, self.mlp(x, p + "mlp."))
+            if i in taps:
+                tapped[i] = h
+        for win, (a, b) in zip(windows, spans):
+            win.features = [tapped[i][a:b] for i in taps] if taps else None
         wanted = [(a, b) if win.logits_for == "all" else (b - 1, b) for win, (a, b) in zip(windows, spans)]
         rows = ops.concat_rows([h[a:b] for a, b in wanted]) if len(windows) > 1 else h[wanted[0][0]:wanted[0][1]]
         logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps), self.lm_head)

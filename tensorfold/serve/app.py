@@ -251,6 +251,7 @@ class Server:
             self.metrics.add("generation_tokens_total", len(choice.output))
             self.metrics.add("drafted_rows_total", request.stats.drafted)
             self.metrics.add("accepted_rows_total", request.stats.accepted)
+            self.metrics.add("draft_rounds_total", request.stats.draft_rounds)
             self.metrics.add("prompt_cache_hits_total", int(request.stats.cached_tokens > 0))
             if request.first_token_at is not None:
                 self.metrics.first_token.observe(request.first_token_at - request.submitted)
@@ -278,7 +279,7 @@ class Server:
         r = choice.request
         return {"token_sha256": token_sha256(choice.output),
                 "stats": {"rounds": r.stats.rounds, "drafted": r.stats.drafted, "accepted": r.stats.accepted,
-                          "cached_tokens": r.stats.cached_tokens}}
+                          "draft_rounds": r.stats.draft_rounds, "cached_tokens": r.stats.cached_tokens}}
 
     async def completions(self, http_request):
         body = await self.body(http_request)

@@ -9,7 +9,13 @@ from ..errors import TensorfoldError
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorfold-serve", description="An OpenAI-compatible server for Qwen3.5 models.")
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
-    p.add_argument("--drafter", default="ngram", help="ngram (chains), ngram-tree (trees) or none (default ngram)")
+    p.add_argument("--drafter", default="auto",
+                   help="a DFlash block drafter checkpoint folder, ngram (chains), ngram-tree (trees), none, or auto: "
+                        "the model's own drafter/ folder if it has one, else ngram (default auto)")
+    p.add_argument("--draft-shape", default="tree", choices=("tree", "chain"),
+                   help="what a block drafter proposes each round (default tree)")
+    p.add_argument("--draft-rows", type=int, default=16,
+                   help="rows of a block drafter's window, the sampled token included (default 16)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--parallel", type=int, default=4, help="streams decoded together (default 4)")
@@ -47,15 +53,12 @@ def build(args):
     from ..prompt_cache import PromptCache
     from .app import Server
 
-    if args.drafter not in ("ngram", "ngram-tree", "none"):
-        raise TensorfoldError(f"--drafter {args.drafter!r}: block drafter checkpoints are not supported yet; "
-                              "use ngram, ngram-tree or none")
     model = load(args.model or default_model(), backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)
     cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
     keep = None if args.keep_late is None else KeepPolicy(late=bool(args.keep_late))
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
-                    drafter=make_drafter(args.drafter), max_draft=args.max_draft, prompt_cache=cache, keep=keep)
+                    drafter=make_drafter(args.drafter, model, args.draft_shape, args.draft_rows), max_draft=args.max_draft, prompt_cache=cache, keep=keep)
     streams = engine.stream_bytes() * args.parallel
     free = available_bytes(model.backend)
     print(f"model    {model.path}", file=sys.stderr)

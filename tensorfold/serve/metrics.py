@@ -23,12 +23,14 @@ class Histogram:
 
 
 class Metrics:
-    """What /metrics reports: request and token counts, rounds and drafts (from the engine), queue depth,
+    """What /metrics reports: request and token counts, rounds, drafts and acceptance, queue depth,
     prompt-cache hits, and latency histograms."""
 
     COUNTERS = {"requests_total": "finished requests", "request_errors_total": "requests refused or failed",
                 "prompt_tokens_total": "prompt tokens", "generation_tokens_total": "generated tokens",
                 "drafted_rows_total": "drafted rows verified", "accepted_rows_total": "drafted rows accepted",
+                "draft_rounds_total": "rounds that verified drafts (mean acceptance length: "
+                                      "(accepted_rows + draft_rounds) / draft_rounds)",
                 "prompt_cache_hits_total": "requests resumed from the prompt cache"}
 
     def __init__(self):
