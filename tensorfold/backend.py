@@ -16,6 +16,7 @@ import numpy as np
 from .cuda import attention, conv, deltanet, elementwise, gemv, sampling
 from .cuda import rmsnorm as norm
 from .cuda import rope as rotary
+from .cuda import topk as top_k
 from .errors import BackendError
 
 BACKENDS = ("numpy", "cuda", "auto")
@@ -83,6 +84,11 @@ class NumpyBackend:
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
+
+    def topk(self, logits, k):
+        """The k best ids of each row of logits [rows, V] and their log-softmax values: host arrays int32 and
+        float32 [rows, k], best first (ties: the lower id first)."""
+        return top_k.topk(logits, k)
 
 
 class CudaBackend:
@@ -199,6 +205,11 @@ class CudaBackend:
         return buffer
 
     sample = staticmethod(sampling.sample)  # on the host row of logits the model hands over
+
+    def topk(self, logits, k):
+        """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""
+        ids, logprobs = top_k.topk_launch(logits, k, stream=self.stream)
+        return self.to_host(ids), self.to_host(logprobs)
 
 
 def simulated() -> bool:

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-FAMILIES = ("fmath", "gemv", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "sampling")
+FAMILIES = ("fmath", "gemv", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "sampling", "topk")
 
 
 @dataclasses.dataclass

@@ -60,9 +60,9 @@ class NgramDrafter(Drafter):
 NAMED = ("auto", "ngram", "ngram-tree", "none")
 
 
-def make_drafter(name: str, model=None, shape: str = "tree", rows: int = 16) -> Drafter:
+def make_drafter(name: str, model=None, shape: str = "tree", rows: int | None = None) -> Drafter:
     """A drafter by name: "ngram" (chains), "ngram-tree", "none", a DFlash block drafter checkpoint folder (for
-    `model`, drafting trees or chains of up to `rows` rows with the root), or "auto": the model's own block drafter
+    `model`, drafting trees or chains of up to `rows` rows with the root, by default its block size), or "auto": the model's own block drafter
     when its folder has one (a `drafter/` folder beside the weights), else "ngram"."""
     from .errors import TensorfoldError
     if name == "auto":

@@ -14,8 +14,8 @@ def parser() -> argparse.ArgumentParser:
                         "the model's own drafter/ folder if it has one, else ngram (default auto)")
     p.add_argument("--draft-shape", default="tree", choices=("tree", "chain"),
                    help="what a block drafter proposes each round (default tree)")
-    p.add_argument("--draft-rows", type=int, default=16,
-                   help="rows of a block drafter's window, the sampled token included (default 16)")
+    p.add_argument("--draft-rows", type=int, default=None,
+                   help="rows of a block drafter's window, the sampled token included (default: its block size)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--parallel", type=int, default=4, help="streams decoded together (default 4)")

@@ -1,0 +1,453 @@
+"""The DFlash block drafter: a small Qwen3-style stack that reads the target's hidden states and guesses a whole block
+of next tokens in one forward pass.
+
+* Context. For every committed target row, the outputs of the target's decoder layers `target_layer_ids` (F arrays
+  of H values) become one row `c = hidden_norm(fc([f_0 | ... | f_F-1]))`, and each drafter layer keeps
+  `K = RoPE(k_norm(k_proj(c)))` at the row's position and `V = v_proj(c)`. Context rows are never queries.
+* A block. The ids `[root, mask, ..., mask]` at positions P .. P + rows - 1 are embedded with the target's embedding
+  and go through the layers (RMSNorm, attention, residual add, RMSNorm, SwiGLU MLP, residual add); every block row
+  attends to every context row and every block row (bidirectional inside the block). The drafter's final norm and
+  the target's lm_head give logits for rows 1 .. rows - 1: row i guesses the token at position P + i.
+
+The drafter's norms are the plain Qwen3 form `x * rsqrt(mean(x^2) + eps) * w` (its stored weights are the
+multipliers, unlike the target's `1 + w`); its RoPE is rotate-half over the whole head at its own theta. Every op runs
+on the target's backend. `BlockDrafter` turns the block's logits into a chain (each row's argmax) or a tree
+(best-first over each row's top k).
+"""
+import dataclasses
+import heapq
+import itertools
+import json
+import math
+import os
+
+import numpy as np
+
+from ..cuda.gemv import bf16_to_f32
+from ..cuda.topk import MAX_K
+from ..drafters import Drafter
+from ..errors import CheckpointError, ConfigError, TensorfoldError
+from .checkpoint import FLOAT_DTYPES, Linear, resolve, stored_tensors
+from .config import ModelConfig, _check_positive_int, _is_int, _is_number, _require
+
+DFLASH2_TENSORS = ("candidate_selector.", ".attention_conv.", "mlp_conv.", "output_multiplier",
+                   "final_logit_softcapping")  # names (or parts of names) only DFlash2 checkpoints hold
+DFLASH2_FIELDS = ("output_multiplier", "final_logit_softcapping")  # config fields only DFlash2 configs set
+DFLASH2_MESSAGE = "a DFlash2 drafter (DFlash2DraftModel), a different model that tensorfold does not run"
+_POSITIVE_INTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "intermediate_size", "vocab_size", "num_target_layers")
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple:
+    """The taps a config without ids gets: the middle layer for one drafter layer, else evenly spaced from layer 1
+    to layer num_target_layers - 3 (Python's round, as the reference computes them)."""
+    if num_draft_layers == 1:
+        return (num_target_layers // 2,)
+    span = num_target_layers - 4
+    return tuple(round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashConfig:
+    """A DFlash drafter's `config.json`, validated on construction (and against its target by `check_target`)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_target_layers: int
+    target_layer_ids: tuple
+    mask_token_id: int
+    block_size: int
+    rms_norm_eps: float
+    rope_theta: float
+
+    def __post_init__(self):
+        for name in _POSITIVE_INTS:  # before any division below: a zero count is reported as such
+            _check_positive_int(name, getattr(self, name))
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                              f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
+        if not _is_int(self.block_size) or self.block_size < 2:
+            raise ConfigError(f"block_size must be an integer of at least 2 (the root and one guess), got "
+                              f"{self.block_size!r}")
+        for name in ("rms_norm_eps", "rope_theta"):
+            if not _is_number(getattr(self, name)) or not 0 < getattr(self, name) < math.inf:
+                raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, float(getattr(self, name)))  # JSON may spell 1e6 as an integer
+        ids = self.target_layer_ids
+        if not ids or not all(_is_int(i) for i in ids):
+            raise ConfigError(f"target_layer_ids must be a non-empty list of integers, got {list(ids)!r}")
+        if list(ids) != sorted(set(ids)):
+            raise ConfigError(f"target_layer_ids must be sorted and unique, got {list(ids)}")
+        for n, i in enumerate(ids):
+            if not 0 <= i < self.num_target_layers:
+                raise ConfigError(f"target_layer_ids[{n}] is {i}, outside the target's layers 0 .. "
+                                  f"{self.num_target_layers - 1} (num_target_layers {self.num_target_layers})")
+        if not _is_int(self.mask_token_id) or not 0 <= self.mask_token_id < self.vocab_size:
+            raise ConfigError(f"mask_token_id must be a token id below vocab_size ({self.vocab_size}), got "
+                              f"{self.mask_token_id!r}")
+
+    @property
+    def num_taps(self) -> int:
+        """F: how many target layers feed the drafter."""
+        return len(self.target_layer_ids)
+
+    def check_target(self, target: ModelConfig) -> None:
+        """Refuse a target this drafter was not built for: its layers, hidden size and vocabulary must match."""
+        if self.num_target_layers != target.num_hidden_layers:
+            raise ConfigError(f"num_target_layers is {self.num_target_layers}, but the target has "
+                              f"{target.num_hidden_layers} layers")
+        if self.hidden_size != target.hidden_size:
+            raise ConfigError(f"hidden_size is {self.hidden_size}, but the target's is {target.hidden_size}: the "
+                              f"block is embedded with the target's embedding, so they must be equal")
+        if self.vocab_size != target.vocab_size:
+            raise ConfigError(f"vocab_size is {self.vocab_size}, but the target's is {target.vocab_size}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DFlashConfig":
+        """Parse a z-lab DFlash `config.json` dict; refuse DFlash2 and the variants not implemented here."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"config.json must hold a JSON object, got {type(d).__name__}")
+        draft = d.get("dflash_config") or {}
+        if not isinstance(draft, dict):
+            raise ConfigError(f"dflash_config must be a JSON object, got {draft!r}")
+        architectures = d.get("architectures") or []
+        if "DFlash2DraftModel" in architectures or any(level.get(name) is not None for level in (d, draft)
+                                                        for name in DFLASH2_FIELDS):
+            raise ConfigError(f"this config describes {DFLASH2_MESSAGE}")
+        if architectures and not any("DFlash" in name for name in architectures):
+            raise ConfigError(f"architectures {architectures} is not a DFlash drafter (expected DFlashDraftModel)")
+        _refuse_variants(d, draft)
+
+        def draft_field(name, default=None):  # dflash_config first, then the top level (checkpoints differ)
+            return draft[name] if draft.get(name) is not None else d.get(name, default)
+
+        for name in ("num_hidden_layers", "num_target_layers"):
+            _check_positive_int(name, _require(d, name))
+        ids = draft_field("target_layer_ids")
+        if ids is None:
+            ids = default_target_layer_ids(d["num_target_layers"], d["num_hidden_layers"])
+        if not isinstance(ids, (list, tuple)):
+            raise ConfigError(f"target_layer_ids must be a list of integers, got {ids!r}")
+        rope = d.get("rope_parameters") or {}
+        mask_token_id = draft_field("mask_token_id")
+        if mask_token_id is None:
+            raise ConfigError("config.json is missing required field mask_token_id (in dflash_config or at the top)")
+        return cls(**{name: _require(d, name) for name in _POSITIVE_INTS}, target_layer_ids=tuple(ids),
+                   mask_token_id=mask_token_id, block_size=draft_field("block_size", 16),
+                   rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+                   rope_theta=rope.get("rope_theta", d.get("rope_theta", 10000.0)))
+
+    @classmethod
+    def from_file(cls, path) -> "DFlashConfig":
+        """Read a drafter's `config.json`, given its path or the folder holding it."""
+        path = os.path.join(path, "config.json") if os.path.isdir(path) else path
+        try:
+            with open(path, "rb") as f:
+                d = json.load(f)
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+        except ValueError as e:
+            raise ConfigError(f"config file {path} is not valid JSON: {e}") from e
+        return cls.from_dict(d)
+
+
+def _refuse_variants(d: dict, draft: dict) -> None:
+    """What we implement: every layer full attention, bidirectional inside the block, plain RoPE, SiLU, no biases."""
+    causal = draft.get("causal", d.get("is_causal"))
+    if causal:
+        raise ConfigError(f"a causal drafter (causal {causal!r}) is not supported: only bidirectional blocks are")
+    layer_types = d.get("layer_types") or []
+    for i, kind in enumerate(layer_types):
+        if kind != "full_attention":
+            raise ConfigError(f"layer_types[{i}] is {kind!r}: only full_attention drafter layers are supported")
+    if (not layer_types and d.get("use_sliding_window")) or draft.get("use_swa"):
+        raise ConfigError("a sliding-window drafter (use_sliding_window / dflash_config.use_swa) is not supported")
+    rope_type = (d.get("rope_parameters") or {}).get("rope_type", "default")
+    if rope_type != "default":
+        raise ConfigError(f"rope_parameters.rope_type {rope_type!r} is not supported; only 'default' is")
+    scaling = d.get("rope_scaling") or {}
+    scaling_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if scaling_type != "default":
+        raise ConfigError(f"rope_scaling type {scaling_type!r} is not supported; only 'default' is")
+    if d.get("hidden_act", "silu") != "silu":
+        raise ConfigError(f"hidden_act {d['hidden_act']!r} is not supported; only 'silu' is")
+    if d.get("attention_bias"):
+        raise ConfigError(f"attention_bias {d['attention_bias']!r} is not supported; drafter projections have no bias")
+    if draft.get("input_embedding_scale", 1.0) != 1.0:
+        raise ConfigError(f"dflash_config.input_embedding_scale {draft['input_embedding_scale']!r} is not supported "
+                          f"(only 1.0)")
+
+
+# --- the checkpoint ---------------------------------------------------------------------------------------------------
+
+def expected_shapes(config: DFlashConfig) -> dict:
+    """The 3 + 11 * L tensors of a drafter checkpoint with their shapes ([out, in] for matrices)."""
+    c = config
+    hd, q_width, kv_width = c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    shapes = {"fc.weight": (hd, c.num_taps * hd), "hidden_norm.weight": (hd,), "norm.weight": (hd,)}
+    for i in range(c.num_hidden_layers):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (hd,), p + "post_attention_layernorm.weight": (hd,),
+            p + "self_attn.q_proj.weight": (q_width, hd), p + "self_attn.k_proj.weight": (kv_width, hd),
+            p + "self_attn.v_proj.weight": (kv_width, hd), p + "self_attn.o_proj.weight": (hd, q_width),
+            p + "self_attn.q_norm.weight": (c.head_dim,), p + "self_attn.k_norm.weight": (c.head_dim,),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, hd), p + "mlp.up_proj.weight": (c.intermediate_size, hd),
+            p + "mlp.down_proj.weight": (hd, c.intermediate_size)})
+    return shapes
+
+
+def load_dflash_weights(folder: str, config: DFlashConfig, progress=False) -> dict:
+    """Every drafter tensor by name: Linear (bf16 or f32) for matrices, float32 arrays for the norm weights."""
+    stored = stored_tensors(folder)
+    shapes = expected_shapes(config)
+    for name in stored:
+        if any(part in name for part in DFLASH2_TENSORS):
+            raise CheckpointError(f"tensor {name} belongs to {DFLASH2_MESSAGE}")
+        if name not in shapes:
+            raise CheckpointError(f"unexpected tensor {name}: not part of a DFlash drafter with this config")
+    for name, shape in shapes.items():
+        info = stored.get(name)
+        if info is None:
+            raise CheckpointError(f"missing tensor {name} (expected shape {list(shape)})")
+        if info.shape != shape:
+            why = f" ({config.num_taps} target layers x hidden size {config.hidden_size})" if "fc." in name else ""
+            raise CheckpointError(f"tensor {name}: shape {list(info.shape)}, expected {list(shape)}{why}")
+        if info.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"tensor {name}: dtype {info.dtype}, expected one of {', '.join(FLOAT_DTYPES)}")
+    names = shapes.items()
+    if progress:
+        from tqdm import tqdm
+        names = tqdm(names, desc="loading the drafter", unit=" tensors", total=len(shapes))
+    weights = {}
+    for name, shape in names:
+        info = stored[name]
+        values = info.read()
+        if len(shape) == 2 and info.dtype == "BF16":
+            weights[name] = Linear("bf16", *shape, values)
+            continue
+        values = bf16_to_f32(values) if info.dtype == "BF16" else values.astype(np.float32)
+        weights[name] = Linear("f32", *shape, values) if len(shape) == 2 else values
+    return weights
+
+
+# --- the model --------------------------------------------------------------------------------------------------------
+
+class DraftContext:
+    """One stream's drafter cache: per drafter layer, the keys and values [rows, Hkv, Dh] of its context rows
+    (backend buffers that grow; rows past `length` hold the last block's and are overwritten), and the absolute
+    position of each context row (the first may be any position, e.g. after a prompt-cache resume)."""
+
+    def __init__(self, config: DFlashConfig, ops):
+        shape = (0, config.num_key_value_heads, config.head_dim)
+        self.keys = [ops.zeros(shape) for _ in range(config.num_hidden_layers)]
+        self.values = [ops.zeros(shape) for _ in range(config.num_hidden_layers)]
+        self.positions = np.zeros(0, np.int64)
+
+    @property
+    def length(self) -> int:
+        return len(self.positions)
+
+    @property
+    def next_position(self) -> int:
+        """The position after the last context row (0 for an empty context)."""
+        return int(self.positions[-1]) + 1 if self.length else 0
+
+
+def column_blocks(weight: Linear, width: int) -> list:
+    """A dense Linear [out, F * width] as F Linears [out, width], one per block of columns."""
+    assert weight.kind in ("f32", "bf16") and weight.in_features % width == 0
+    return [dataclasses.replace(weight, in_features=width, data=np.ascontiguousarray(weight.data[:, a:a + width]))
+            for a in range(0, weight.in_features, width)]
+
+
+class DFlashModel:
+    """The drafter on its target's backend, with the target's embedding and lm_head."""
+
+    def __init__(self, config: DFlashConfig, weights: dict, target):
+        config.check_target(target.config)
+        self.config, self.ops = config, target.net.ops
+        self.embedding, self.lm_head = target.net.weights["embed_tokens.weight"], target.net.lm_head
+        # fc applies to [f_0 | ... | f_F-1], which no backend op builds; fc(concat) is the sum of each column block
+        # applied to its feature, and extend adds them in tap order, so every backend gets the same bits.
+        self.fc_blocks = [self.ops.upload(block) for block in column_blocks(weights["fc.weight"], config.hidden_size)]
+        self.weights = {name: self.ops.upload(w) for name, w in weights.items() if name != "fc.weight"}
+
+    def new_context(self) -> DraftContext:
+        return DraftContext(self.config, self.ops)
+
+    def keys_values(self, x, i, positions):
+        """Layer i's keys (normed, roped at `positions`) and values of rows x [rows, Hd]."""
+        c, ops, w = self.config, self.ops, self.weights
+        a, rows = f"layers.{i}.self_attn.", x.shape[0]
+        k = ops.linear(x, w[a + "k_proj.weight"]).reshape(rows, c.num_key_value_heads, c.head_dim)
+        k = ops.rope(ops.rmsnorm(k, w[a + "k_norm.weight"], c.rms_norm_eps), positions, c.head_dim, c.rope_theta)
+        v = ops.linear(x, w[a + "v_proj.weight"]).reshape(rows, c.num_key_value_heads, c.head_dim)
+        return k, v
+
+    def extend(self, context: DraftContext, features: list, position: int) -> None:
+        """Append n committed rows at positions position .. position + n - 1 to the context; `features` holds the F
+        tapped target layer outputs [n, H], in target_layer_ids order."""
+        c, ops = self.config, self.ops
+        assert len(features) == c.num_taps, f"{len(features)} feature arrays for {c.num_taps} taps"
+        assert position >= context.next_position, f"rows at {position} would go before the context's end"
+        projected = ops.linear(features[0], self.fc_blocks[0])
+        for feature, block in zip(features[1:], self.fc_blocks[1:]):
+            projected = ops.add(projected, ops.linear(feature, block))
+        hidden = ops.rmsnorm(projected, self.weights["hidden_norm.weight"], c.rms_norm_eps)
+        positions = position + np.arange(hidden.shape[0])
+        for i in range(c.num_hidden_layers):
+            k, v = self.keys_values(hidden, i, positions)
+            context.keys[i] = ops.append_rows(context.keys[i], context.length, k)
+            context.values[i] = ops.append_rows(context.values[i], context.length, v)
+        context.positions = np.concatenate([context.positions, positions])
+
+    def block_logits(self, context: DraftContext, root_id: int, rows: int, position: int | None = None):
+        """Backend logits [rows - 1, V] of the block [root, mask * (rows - 1)] whose root sits at `position` (by
+        default the position after the context's last row): row i guesses the token at position + i + 1."""
+        c, ops, w = self.config, self.ops, self.weights
+        start = context.next_position if position is None else position
+        assert rows >= 2 and start >= context.next_position, f"a block of {rows} rows at {start}"
+        positions = start + np.arange(rows)
+        h = ops.embed(np.array([root_id] + [c.mask_token_id] * (rows - 1)), self.embedding)
+        for i in range(c.num_hidden_layers):
+            p = f"layers.{i}."
+            x = ops.rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
+            h = ops.add(h, self.attention(x, context, i, positions))
+            x = ops.rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
+            h = ops.add(h, self.mlp(x, p + "mlp."))
+        return ops.linear(ops.rmsnorm(h[1:], w["norm.weight"], c.rms_norm_eps), self.lm_head)
+
+    def attention(self, x, context: DraftContext, i, positions):
+        """Every block row reads every context row and every block row: the block's keys and values go right after
+        the context in layer i's buffers (the next extend overwrites them) and every row reads up to their end."""
+        c, ops, w = self.config, self.ops, self.weights
+        a, rows = f"layers.{i}.self_attn.", x.shape[0]
+        q = ops.linear(x, w[a + "q_proj.weight"]).reshape(rows, c.num_attention_heads, c.head_dim)
+        q = ops.rope(ops.rmsnorm(q, w[a + "q_norm.weight"], c.rms_norm_eps), positions, c.head_dim, c.rope_theta)
+        k, v = self.keys_values(x, i, positions)
+        context.keys[i] = ops.append_rows(context.keys[i], context.length, k)
+        context.values[i] = ops.append_rows(context.values[i], context.length, v)
+        partial = ops.attention_partial(q, context.keys[i], context.values[i], np.full(rows, context.length + rows),
+                                        1.0 / math.sqrt(c.head_dim))
+        out = ops.attention_merge(*partial).reshape(rows, c.num_attention_heads * c.head_dim)
+        return ops.linear(out, w[a + "o_proj.weight"])
+
+    def mlp(self, x, p):
+        ops, w = self.ops, self.weights
+        gate, up = ops.linear(x, w[p + "gate_proj.weight"]), ops.linear(x, w[p + "up_proj.weight"])
+        return ops.linear(ops.silu_mul(gate, up), w[p + "down_proj.weight"])
+
+
+# --- drafting ---------------------------------------------------------------------------------------------------------
+
+def best_first_tree(logprobs, ids, budget: int, chain_first: bool = False) -> tuple:
+    """The `budget` likeliest paths from the root as a tree: (ids, parents), parents[n] an earlier node or -1 for
+    the root. A node's score is the sum of the log-probabilities along its path, so its probability is the product of
+    the rows' marginals, and these probabilities summed over the tree estimate the tokens a round accepts.
+
+    logprobs and ids [depths, k] are each block row's top k, best first. Best-first search: the first candidate is
+    depth 0's best; adding a node offers its next sibling (same parent, next rank) and its first child (next depth,
+    rank 0); the best offered candidate is added next (ties: the one offered first). Scores only fall along a path,
+    so every node's parent is added before it. With `chain_first` the top-1 chain goes in first, whatever its scores.
+    """
+    logprobs = np.asarray(logprobs, np.float64)
+    depths, k = logprobs.shape
+    tokens, parents, offered, order = [], [], [], itertools.count()
+
+    def offer(depth, rank, parent, base):  # heap entry: (-score, offer order, depth, rank, parent, parent's score)
+        heapq.heappush(offered, (-(base + logprobs[depth, rank]), next(order), depth, rank, parent, base))
+
+    def add(entry):
+        minus_score, _, depth, rank, parent, base = entry
+        tokens.append(int(ids[depth][rank]))
+        parents.append(parent)
+        if rank + 1 < k:
+            offer(depth, rank + 1, parent, base)
+        if depth + 1 < depths:
+            offer(depth + 1, 0, len(tokens) - 1, -minus_score)
+
+    offer(0, 0, -1, 0.0)
+    if chain_first:  # node d of the chain is the first child of node d - 1
+        for depth in range(min(budget, depths)):
+            entry = next(e for e in offered if e[2:5] == (depth, 0, depth - 1))
+            offered.remove(entry)
+            heapq.heapify(offered)
+            add(entry)
+    while offered and len(tokens) < budget:
+        add(heapq.heappop(offered))
+    return tokens, parents
+
+
+class BlockDrafter(Drafter):
+    """The drafter an engine calls: per stream a DraftContext that `observe` extends with committed rows, and one
+    block forward per proposal. Chains take each row's argmax, trees a best-first tree over each row's top k.
+
+    `rows` is the block height (the root and up to rows - 1 guesses), the checkpoint's block_size by default. With
+    `chain_first` a tree starts from the whole top-1 chain, so it never accepts fewer tokens than the chain; but a
+    budget of the whole block (rows - 1 guesses over rows - 1 depths) then leaves no room, and the tree is the chain.
+    So it is off by default: best-first alone trades the chain's deep, unlikely guesses for likelier siblings near
+    the root.
+    """
+
+    name = "dflash"
+
+    def __init__(self, model: DFlashModel, shape: str = "tree", rows: int | None = None, chain_first: bool = False):
+        rows = model.config.block_size if rows is None else rows
+        if shape not in ("tree", "chain"):
+            raise TensorfoldError(f"drafter shape {shape!r}: choose 'tree' or 'chain'")
+        if not _is_int(rows) or not 2 <= rows <= model.config.block_size:
+            raise TensorfoldError(f"drafter rows must be between 2 and the block size {model.config.block_size}, "
+                                  f"got {rows!r}")
+        self.model, self.shape, self.rows, self.chain_first = model, shape, rows, chain_first
+        self.taps = tuple(model.config.target_layer_ids)
+
+    def new_stream(self) -> DraftContext:
+        return self.model.new_context()
+
+    def observe(self, state: DraftContext, features: list, position: int) -> None:
+        """Committed rows at positions position .. position + n - 1, with their tapped features [n, H] each."""
+        self.model.extend(state, features, position)
+
+    def _block(self, tokens: list, guesses: int, state: DraftContext):
+        """Block logits for `guesses` rows after the root tokens[-1], which sits at position len(tokens) - 1."""
+        return self.model.block_logits(state, tokens[-1], guesses + 1, position=len(tokens) - 1)
+
+    def propose(self, tokens: list, max_rows: int, state: DraftContext) -> list:
+        """Up to min(max_rows, rows - 1) guesses following the root tokens[-1]: each block row's argmax."""
+        guesses = min(max_rows, self.rows - 1)
+        if guesses <= 0:
+            return []
+        ids, _ = self.model.ops.topk(self._block(tokens, guesses, state), 1)
+        return [int(i) for i in ids[:, 0]]
+
+    def propose_tree(self, tokens: list, max_rows: int, state: DraftContext) -> tuple:
+        """(ids, parents) of up to min(max_rows, rows - 1) guesses; parents[i] is the guess that guess i follows, or
+        -1 for the root. A chain drafter returns its chain."""
+        budget = min(max_rows, self.rows - 1)
+        if self.shape == "chain" or budget <= 0:
+            chain = self.propose(tokens, max_rows, state)
+            return chain, list(range(-1, len(chain) - 1))
+        k = min(budget, MAX_K, self.model.config.vocab_size)
+        ids, logprobs = self.model.ops.topk(self._block(tokens, budget, state), k)
+        return best_first_tree(logprobs, ids, budget, self.chain_first)
+
+
+def load_dflash(path: str, target, progress=None) -> DFlashModel:
+    """A DFlash drafter for `target` (a loaded tensorfold Model) from a folder or hub id; `progress`: show bars."""
+    folder = resolve(str(path), progress=bool(progress))
+    config = DFlashConfig.from_file(os.path.join(folder, "config.json"))
+    config.check_target(target.config)  # before the tensors, whose shapes assume a matching target
+    return DFlashModel(config, load_dflash_weights(folder, config, progress), target)
+
+
+def load_drafter(path: str, target, progress=None, shape: str = "tree", rows: int | None = None) -> BlockDrafter:
+    """load_dflash wrapped in a BlockDrafter."""
+    return BlockDrafter(load_dflash(path, target, progress), shape, rows)

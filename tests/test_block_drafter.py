@@ -1,0 +1,86 @@
+"""The block drafter in lane rounds: the embedded model with the DFlash drafter shipped beside it. Drafted output
+equals undrafted output, chains and trees, greedy and seeded, one stream and four; the drafter's guesses are
+accepted often enough to matter. Under `pytest --gpu` the same checks run on the cuda backend."""
+import hashlib
+
+import numpy as np
+import pytest
+
+import tensorfold
+from tensorfold.cli import DEFAULT_MODEL
+from tensorfold.drafters import make_drafter
+from tensorfold.engine import Engine, SamplingParams
+from tensorfold.model.qwen35 import StreamState
+
+PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto the breach, dear friends",
+           "HAMLET:\nTo be, or not to be"]
+TOKENS = 16
+SAMPLINGS = {"greedy": dict(temperature=0.0), "seeded": dict(temperature=0.9, top_p=0.95, seed=11)}
+LEAST_TAU = {"greedy": 2.0, "seeded": 1.3}  # tokens per drafted round; chance would give about 1
+
+
+def sha(ids):
+    return hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def model(on_gpu):
+    return tensorfold.load(DEFAULT_MODEL, backend="cuda" if on_gpu else "numpy")
+
+
+@pytest.fixture(scope="module")
+def prompts(model):
+    return [model.tokenizer.encode(p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def solo(model, prompts):
+    """Each prompt generated alone, without drafts: sampling name -> output hashes."""
+    return {name: [sha(model.generate(p, TOKENS, stop_ids=(), **sampling)) for p in prompts]
+            for name, sampling in SAMPLINGS.items()}
+
+
+def run(model, prompts, drafter, parallel, sampling):
+    engine = Engine(model, parallel=parallel, drafter=drafter, context=512)
+    requests = [engine.submit(p, SamplingParams(max_tokens=TOKENS, stop_ids=(), **sampling)) for p in prompts]
+    while engine.run_round():
+        pass
+    return requests
+
+
+def test_the_embedded_model_drafts_with_its_own_block_drafter(model):
+    assert make_drafter("auto", model).name == "dflash"
+
+
+@pytest.mark.parametrize("shape, sampling, parallel", [
+    ("chain", "greedy", 1), ("chain", "greedy", 4), ("chain", "seeded", 4),
+    ("tree", "greedy", 4), ("tree", "seeded", 1), ("tree", "seeded", 4)])
+def test_block_drafts_equal_undrafted(model, prompts, solo, shape, sampling, parallel):
+    drafter = make_drafter("auto", model, shape)
+    chosen = prompts if parallel > 1 else prompts[:2]  # one stream at a time: two prompts keep the test short
+    requests = run(model, chosen, drafter, parallel, SAMPLINGS[sampling])
+    assert [sha(r.output) for r in requests] == solo[sampling][:len(chosen)]
+    drafted_rounds = sum(r.stats.draft_rounds for r in requests)
+    tau = (sum(r.stats.accepted for r in requests) + drafted_rounds) / drafted_rounds
+    assert tau > LEAST_TAU[sampling], f"mean acceptance length {tau:.2f}: the drafter should beat chance by far"
+
+
+def test_control_a_tree_kept_in_slot_order_is_caught(model, prompts, solo, monkeypatch):
+    """Control: keeping a tree's first rows in slot order instead of the accepted path changes the output."""
+    real_keep_path = StreamState.keep_path
+    monkeypatch.setattr(StreamState, "keep_path", lambda self, path: real_keep_path(self, list(range(len(path)))))
+    requests = run(model, prompts, make_drafter("auto", model, "tree"), 4, SAMPLINGS["greedy"])
+    assert [sha(r.output) for r in requests] != solo["greedy"]
+
+
+def test_control_features_in_the_wrong_order_cost_acceptance_not_exactness(model, prompts, solo, monkeypatch):
+    """The drafter only guesses: fed its tapped layers in the wrong order its guesses get worse, yet the output
+    stays the undrafted output. This is what makes any drafter safe to plug in."""
+    drafter = make_drafter("auto", model, "chain")
+    honest = run(model, prompts[:1], drafter, 1, SAMPLINGS["greedy"])[0]
+    real_observe = drafter.observe
+    monkeypatch.setattr(drafter, "observe", lambda state, features, position: real_observe(state, features[::-1],
+                                                                                           position))
+    confused = run(model, prompts[:1], drafter, 1, SAMPLINGS["greedy"])[0]
+    assert sha(confused.output) == sha(honest.output) == solo["greedy"][0]
+    assert confused.stats.accepted < honest.stats.accepted
