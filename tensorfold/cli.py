@@ -99,7 +99,8 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--drafter", default="auto", help="a DFlash block drafter folder, ngram, ngram-tree, none, or "
                      "auto (the model's own drafter/ folder if it has one, else ngram); output is the same either way")
     gen.add_argument("--draft-shape", default="tree", choices=("tree", "chain"))
-    gen.add_argument("--draft-rows", type=int, default=16, help="a block drafter's rows per round, root included")
+    gen.add_argument("--draft-rows", type=int, default=None,
+                     help="a block drafter's rows per round, root included (default: its block size)")
     gen.set_defaults(run=cmd_generate)
 
     tiny = commands.add_parser("make-tiny", help="write a small random Qwen3.5 checkpoint")
