@@ -25,6 +25,18 @@ class Drafter:
         """Rows the stream committed: `features[j]` holds layer taps[j]'s output [rows, hidden] at positions
         position, position + 1, ..."""
 
+    def save(self, state):
+        """A host copy of a stream's state, kept with a prompt-cache snapshot (None: nothing to keep)."""
+        return None
+
+    def restore(self, saved):
+        """A stream state from what `save` returned."""
+        return self.new_stream()
+
+    def stream_bytes(self, rows: int) -> int:
+        """Memory a stream's state takes when the stream holds `rows` rows."""
+        return 0
+
     def propose(self, tokens: list, max_rows: int, state=None) -> list:
         """A chain of guesses."""
         return []

@@ -237,6 +237,8 @@ class Engine:
         snapshot = self.prompt_cache.lookup(request.prompt) if self.prompt_cache is not None else None
         if snapshot is not None:
             snapshot.restore(stream.state)
+            if stream.draft_state is not None:
+                stream.draft_state = self.drafter.restore(snapshot.draft)
             stream.prompt_fed = request.stats.cached_tokens = snapshot.length
         return stream
 
@@ -263,7 +265,8 @@ class Engine:
             stream.state.keep(len(window.ids), write_back=True)  # a prompt chunk lands pending rows
             stream.prompt_fed += len(window.ids)
             if self.prompt_cache is not None and stream.prompt_fed in self.prompt_cache.marks(len(request.prompt)):
-                self.prompt_cache.store(request.prompt[:stream.prompt_fed], stream.state)
+                draft = self.drafter.save(stream.draft_state) if stream.draft_state is not None else None
+                self.prompt_cache.store(request.prompt[:stream.prompt_fed], stream.state, draft)
             if stream.prompt_fed == len(request.prompt):
                 self._emit(stream, self._sample(request, logits[-1]))
             return
@@ -394,7 +397,8 @@ class Engine:
 
     def stream_bytes(self) -> int:
         """Memory one stream's cache takes when it holds `context` rows (DeltaNet states, conv tails, the pending
-        buffer, keys and values); a window's scan log adds a few rows' worth while it waits to be kept."""
+        buffer, keys and values, the drafter's state); a window's scan log adds a few rows' worth while it waits to
+        be kept."""
         c = self.model.config
         linear = c.layer_types.count("linear_attention")
         full = len(c.layer_types) - linear
@@ -402,4 +406,4 @@ class Engine:
                           + (c.linear_conv_kernel_dim - 1) * c.conv_dim)
         per_full = 4 * 2 * self.context * c.num_key_value_heads * c.head_dim
         pending = self.keep.capacity * pending_row_bytes(c) if self.keep.late else 0  # the deferred keep's buffer
-        return linear * per_linear + full * per_full + pending
+        return linear * per_linear + full * per_full + pending + self.drafter.stream_bytes(self.context)

@@ -29,9 +29,10 @@ def prefix_key(tokens) -> str:
 
 
 class Snapshot:
-    """A stream's cache at `length` rows, in host memory."""
+    """A stream's cache at `length` rows, in host memory, with its drafter's state when the drafter keeps one
+    (`draft`, what `Drafter.save` returned)."""
 
-    def __init__(self, state: StreamState):
+    def __init__(self, state: StreamState, draft=None):
         state.land()  # the deferred keep's pending rows go into the state before it is copied
         ops = state.ops
         self.length = state.length
@@ -39,7 +40,10 @@ class Snapshot:
         self.conv_tail = {i: ops.to_host(a).copy() for i, a in state.conv_tail.items()}
         self.keys = {i: ops.to_host(a[:state.length]).copy() for i, a in state.keys.items()}
         self.values = {i: ops.to_host(a[:state.length]).copy() for i, a in state.values.items()}
+        self.draft = draft
         parts = [*self.recurrent.values(), *self.conv_tail.values(), *self.keys.values(), *self.values.values()]
+        if draft is not None:
+            parts += [*draft["keys"], *draft["values"]]
         self.nbytes = sum(a.nbytes for a in parts)
 
     def restore(self, state: StreamState) -> None:
@@ -81,13 +85,13 @@ class PromptCache:
                         return self.entries[key]
         return None
 
-    def store(self, prefix, state: StreamState) -> None:
+    def store(self, prefix, state: StreamState, draft=None) -> None:
         key = prefix_key(prefix)
         with self._lock:
             if key in self.entries:
                 self.entries.move_to_end(key)
                 return
-        snapshot = Snapshot(state)
+        snapshot = Snapshot(state, draft)
         with self._lock:
             if snapshot.nbytes > self.budget or key in self.entries:
                 return

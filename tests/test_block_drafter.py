@@ -84,3 +84,43 @@ def test_control_features_in_the_wrong_order_cost_acceptance_not_exactness(model
     confused = run(model, prompts[:1], drafter, 1, SAMPLINGS["greedy"])[0]
     assert sha(confused.output) == sha(honest.output) == solo["greedy"][0]
     assert confused.stats.accepted < honest.stats.accepted
+
+
+def test_a_resumed_prompt_drafts_as_a_fresh_one(model, monkeypatch):
+    """The prompt cache keeps the drafter's context with the stream's state: a resumed request gets the same
+    drafts, hence the same rounds, as a fresh one, and the same output. Control: a resume that drops the drafter's
+    context drafts differently."""
+    from tensorfold.prompt_cache import PromptCache
+    prompt = model.tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\nJULIET:\n" * 2)
+    drafter = make_drafter("auto", model, "chain")
+
+    def twice():
+        engine = Engine(model, parallel=1, drafter=drafter, chunk=16, prompt_cache=PromptCache(64 << 20, 16))
+        results = []
+        for _ in range(2):
+            request = engine.submit(prompt, SamplingParams(max_tokens=TOKENS, stop_ids=()))
+            while engine.run_round():
+                pass
+            results.append(request)
+        return results
+
+    fresh, resumed = twice()
+    assert resumed.stats.cached_tokens > 0
+    assert resumed.output == fresh.output
+    assert (resumed.stats.drafted, resumed.stats.accepted) == (fresh.stats.drafted, fresh.stats.accepted)
+    monkeypatch.setattr(drafter, "restore", lambda saved: drafter.new_stream())
+    fresh, forgetful = twice()
+    assert forgetful.output == fresh.output
+    assert (forgetful.stats.drafted, forgetful.stats.accepted) != (fresh.stats.drafted, fresh.stats.accepted)
+
+
+def test_bench_drafter_checks_exactness_and_reports_acceptance(tmp_path, capsys):
+    import json
+
+    from tensorfold.cli import main
+    out = tmp_path / "drafter.json"
+    assert main(["bench", "drafter", "--backend", "numpy", "--tokens", "6", "--prompts", "1", "--json",
+                 str(out)]) == 0
+    assert "DIFFERS" not in capsys.readouterr().out
+    results = json.loads(out.read_text())["results"]
+    assert results["greedy tree"]["tau"] > 1 and results["greedy none"]["tau"] is None

@@ -416,6 +416,27 @@ class BlockDrafter(Drafter):
         """Committed rows at positions position .. position + n - 1, with their tapped features [n, H] each."""
         self.model.extend(state, features, position)
 
+    def save(self, state: DraftContext) -> dict:
+        """The context's rows on the host: a prompt-cache snapshot keeps them, so a resumed stream drafts as well as
+        a fresh one."""
+        ops, n = self.model.ops, state.length
+        return {"keys": [ops.to_host(k[:n]).copy() for k in state.keys],
+                "values": [ops.to_host(v[:n]).copy() for v in state.values], "positions": state.positions.copy()}
+
+    def restore(self, saved: dict | None) -> DraftContext:
+        context = self.new_stream()
+        if saved is not None:
+            upload = self.model.ops.upload
+            context.keys = [upload(k.copy()) for k in saved["keys"]]
+            context.values = [upload(v.copy()) for v in saved["values"]]
+            context.positions = saved["positions"].copy()
+        return context
+
+    def stream_bytes(self, rows: int) -> int:
+        """A context of `rows` rows (keys and values of every drafter layer, float32) and the block past it."""
+        c = self.model.config
+        return 4 * 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * (rows + c.block_size)
+
     def _block(self, tokens: list, guesses: int, state: DraftContext):
         """Block logits for `guesses` rows after the root tokens[-1], which sits at position len(tokens) - 1."""
         return self.model.block_logits(state, tokens[-1], guesses + 1, position=len(tokens) - 1)
