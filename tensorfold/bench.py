@@ -1,5 +1,6 @@
 """`tensorfold bench openai|concurrent|cache`: measure a running tensorfold-serve and check its exactness from the
-outside, by the `token_sha256` every choice carries.
+outside, by the `token_sha256` every choice carries. (`tensorfold bench decode|prefill|all` measure the engine in
+this process: bench_local.py.)
 
 * `openai`: one stream at a time, a code-like and a chat prompt, greedy and T=1; median decode tok/s.
 * `concurrent --levels 1,4,16`: N clients at once; every reply must equal the same request sent alone and sent
@@ -114,7 +115,7 @@ def bench_cache(client: Client, args) -> dict:
 
 
 def add_parser(commands) -> None:
-    bench = commands.add_parser("bench", help="measure a running tensorfold-serve and check its exactness")
+    bench = commands.add_parser("bench", help="measure a running tensorfold-serve, or the engine in this process")
     kinds = bench.add_subparsers(dest="bench", required=True)
     for name, help_text in (("openai", "single-stream decode speed"), ("concurrent", "concurrent equals solo"),
                             ("cache", "prompt cache: cold versus resumed")):
@@ -135,6 +136,10 @@ def add_parser(commands) -> None:
             p.add_argument("--require-cold", action="store_true")
             p.add_argument("--require-reuse", action="store_true")
     bench.set_defaults(run=run)
+    from .bench_local import add_parsers as add_local
+    add_local(kinds)
+    from .bench_drafter import add_parser as add_drafter
+    add_drafter(kinds)
 
 
 def run(args) -> int:

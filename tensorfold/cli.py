@@ -139,3 +139,7 @@ def main(argv=None) -> int:
 def serve_main(argv=None) -> int:
     from .serve.main import main as serve
     return serve(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""`tensorfold bench decode|prefill`: the in-process benchmark runs end to end on the numpy backend at the tiny
+config, and its JSON holds every number, each positive."""
+import json
+
+import pytest
+
+from tensorfold.cli import main
+
+FAST = ["--config", "tiny", "--backend", "numpy", "--tokens", "3", "--warmup", "2", "--copy-mib", "4",
+        "--gemv-repeats", "2"]
+
+
+def positive(*values) -> bool:
+    return all(isinstance(v, (int, float)) and v > 0 for v in values)
+
+
+def test_decode(tmp_path, capsys):
+    out = tmp_path / "decode.json"
+    assert main(["bench", "decode", *FAST, "--streams", "1,2", "--cache", str(tmp_path), "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    decode = results["decode"]
+    assert [level["streams"] for level in decode["levels"]] == [1, 2]
+    for level in decode["levels"]:
+        assert level["tokens"] == 3 * level["streams"]
+        assert positive(level["tok_s"], level["ms_per_round"], level["stream_bytes"], level["state_bytes"],
+                        level["calls_per_round"], level["launch_ms_per_round"])
+    assert decode["levels"][1]["calls_per_round"] > decode["levels"][0]["calls_per_round"]  # the conv, scan, ...
+    assert positive(*decode["floor"].values(), decode["us_per_call"])
+    assert [g["weight"] for g in decode["gemv"]][0] == "lm_head.weight"  # the tiny config has an untied head
+    assert all(positive(g["bytes"], g["seconds"], g["bytes_per_s"]) for g in decode["gemv"])
+    assert results["weight_bytes"] > decode["floor"]["round_bytes"] > 0  # an untied embedding is read by rows
+    assert "skipped" in results["peer"]  # not asked for, and the numpy backend does not run it by default
+    table = capsys.readouterr().out
+    assert "decode, 2 streams (aggregate tok/s)" in table and "HBM floor" in table and "launch model" in table
+
+
+def test_prefill_beside_the_peer(tmp_path, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "prefill.json"
+    assert main(["bench", "prefill", *FAST, "--lengths", "40,20", "--peer", "--cache", str(tmp_path),
+                 "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert [p["tokens"] for p in results["prefill"]] == [20, 40]
+    for entry in results["prefill"]:
+        assert positive(entry["tok_s"], entry["seconds"], entry["stream_bytes"], entry["state_bytes"])
+    peer = results["peer"]
+    assert peer["device"] == "cpu" and set(peer["fast_paths"]) == {"flash-linear-attention", "causal-conv1d"}
+    assert [p["tokens"] for p in peer["prefill"]] == [20, 40] and all(positive(p["tok_s"]) for p in peer["prefill"])
+    assert "cold prefill, 40 tokens (tok/s)" in capsys.readouterr().out
+
+
+def test_a_length_projected_past_the_limit_is_skipped(tmp_path):
+    out = tmp_path / "prefill.json"
+    assert main(["bench", "prefill", *FAST, "--lengths", "8,16,32", "--max-seconds", "0.0001", "--no-peer",
+                 "--cache", str(tmp_path), "--json", str(out)]) == 0
+    first, second, third = json.loads(out.read_text())["prefill"]
+    assert "skipped" not in first  # nothing measured before it to project from
+    assert "projected" in second["skipped"] and "projected" in third["skipped"]
+
+
+def test_the_checkpoint_is_written_once(tmp_path, capsys):
+    for _ in range(2):
+        assert main(["bench", "prefill", *FAST, "--lengths", "8", "--no-peer", "--cache", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("# writing a random tiny checkpoint") == 1 and "(cached)" in printed
+
+
+def test_an_unknown_config_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "decode", "--config", "9B", "--backend", "numpy"])
+    error = capsys.readouterr().err
+    assert "invalid choice: '9B'" in error and "0.8B" in error and "tiny" in error
