@@ -4,11 +4,12 @@ drafted round, the model's own token included) and the decode rate (output token
 token to the last, so the prompt pass is left out). Every drafted output must equal the undrafted one (by token
 sha256): a mismatch is reported and fails the run.
 
-By default: the embedded model and its own block drafter, greedy and seeded sampling (T = 0.8), 256 tokens for
+By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded sampling (T = 0.8), 256 tokens for
 each of four prompts from the plays, after one untimed warm-up request per mode (it compiles the kernels).
 """
 import hashlib
 import json
+import os
 import time
 
 import numpy as np
@@ -48,8 +49,8 @@ def run(args) -> int:
     from .drafters import Drafter, make_drafter
 
     model = tensorfold.load(args.model or default_model(), backend=args.backend)
-    modes = {"none": Drafter(), "chain": make_drafter(args.drafter, model, "chain"),
-             "tree": make_drafter(args.drafter, model, "tree")}
+    name = args.drafter or os.path.join(model.path, "drafter")
+    modes = {"none": Drafter(), "chain": make_drafter(name, model, "chain"), "tree": make_drafter(name, model, "tree")}
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:args.prompts]]
     print(f"# {model.path} on {model.backend.name}; drafter {modes['chain'].name}; {len(prompts)} prompts x "
           f"{args.tokens} tokens, one stream at a time", flush=True)
@@ -74,7 +75,7 @@ def run(args) -> int:
 def add_parser(kinds) -> None:
     p = kinds.add_parser("drafter", help="acceptance and decode rate with and without drafts, in this process")
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded model)")
-    p.add_argument("--drafter", default="auto", help="a block drafter folder, ngram, ngram-tree or auto (default)")
+    p.add_argument("--drafter", help="a block drafter folder, or ngram (default: the model's drafter/ folder)")
     p.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
     p.add_argument("--tokens", type=int, default=256, help="tokens per request (default 256)")
     p.add_argument("--prompts", type=int, default=4, choices=range(1, len(PROMPTS) + 1), metavar="1..4")

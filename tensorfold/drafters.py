@@ -72,14 +72,18 @@ class NgramDrafter(Drafter):
 NAMED = ("auto", "ngram", "ngram-tree", "none")
 
 
-def make_drafter(name: str, model=None, shape: str = "tree", rows: int | None = None) -> Drafter:
+def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None = None) -> Drafter:
     """A drafter by name: "ngram" (chains), "ngram-tree", "none", a DFlash block drafter checkpoint folder (for
-    `model`, drafting trees or chains of up to `rows` rows with the root, by default its block size), or "auto": the model's own block drafter
-    when its folder has one (a `drafter/` folder beside the weights), else "ngram"."""
+    `model`, drafting trees or chains of up to `rows` rows with the root, by default its block size), or "auto".
+
+    "auto" on a GPU is the model's own block drafter when its folder has one (a `drafter/` folder beside the
+    weights), else "ngram". On the numpy backend it is "ngram": there a round costs in proportion to its rows, so
+    a 16-row block draft costs more than the tokens it saves (docs/performance.rst measures both)."""
     from .errors import TensorfoldError
     if name == "auto":
         own = os.path.join(model.path, "drafter") if model is not None else ""
-        name = own if os.path.isfile(os.path.join(own, "config.json")) else "ngram"
+        on_gpu = model is not None and model.backend.name == "cuda"
+        name = own if on_gpu and os.path.isfile(os.path.join(own, "config.json")) else "ngram"
     drafters = {"ngram": NgramDrafter, "ngram-tree": NgramTreeDrafter, "none": Drafter}
     if name in drafters:
         return drafters[name]()

@@ -267,7 +267,7 @@ def test_context_rows_are_independent_of_how_they_arrive(model):
 
 def test_drafter_chain_and_tree(model):
     rng = np.random.default_rng(4)
-    drafter, chain_drafter = BlockDrafter(model), BlockDrafter(model, shape="chain", rows=5)
+    drafter, chain_drafter = BlockDrafter(model, shape="tree"), BlockDrafter(model, shape="chain", rows=5)
     state = drafter.new_stream()
     tokens = [5, 9, 13, 200]  # the root 200 sits at position 3, after the three observed rows
     drafter.observe(state, features(rng, 3), position=0)

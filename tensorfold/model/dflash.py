@@ -399,7 +399,7 @@ class BlockDrafter(Drafter):
 
     name = "dflash"
 
-    def __init__(self, model: DFlashModel, shape: str = "tree", rows: int | None = None, chain_first: bool = False):
+    def __init__(self, model: DFlashModel, shape: str = "chain", rows: int | None = None, chain_first: bool = False):
         rows = model.config.block_size if rows is None else rows
         if shape not in ("tree", "chain"):
             raise TensorfoldError(f"drafter shape {shape!r}: choose 'tree' or 'chain'")
@@ -469,6 +469,6 @@ def load_dflash(path: str, target, progress=None) -> DFlashModel:
     return DFlashModel(config, load_dflash_weights(folder, config, progress), target)
 
 
-def load_drafter(path: str, target, progress=None, shape: str = "tree", rows: int | None = None) -> BlockDrafter:
+def load_drafter(path: str, target, progress=None, shape: str = "chain", rows: int | None = None) -> BlockDrafter:
     """load_dflash wrapped in a BlockDrafter."""
     return BlockDrafter(load_dflash(path, target, progress), shape, rows)
