@@ -84,3 +84,110 @@ def tiny_mlx4(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("mlx4"))
     make_tiny(folder, seed=7, fmt="mlx4")
     return folder
+
+
+# --- the lane-round tests (test_lanes.py, test_exactness.py, test_gpu_lanes.py): one model per session ------------
+#
+# Without --gpu they run on the twins with the tiny checkpoints; under --gpu on the GPU with a random checkpoint of
+# Qwen3.5-0.8B's config, all 24 layers, in MLX 4-bit. TENSORFOLD_TEST_LANES=sim runs them on the `cuda` backend in
+# numba's CUDA simulator instead of the twins: the GPU's code path (device arrays, every kernel) on any machine, at a
+# micro config, slowly (about 10 s a forward: run a few tests with -k). TENSORFOLD_TEST_LANES=numpy (the default
+# backend) also runs test_gpu_lanes.py without a GPU.
+
+LANES_SWITCH = "TENSORFOLD_TEST_LANES"
+
+# The public attributes of numba-cuda's DeviceNDArray. The simulator's device arrays wrap NumPy arrays and lend
+# them every NumPy attribute (tobytes, astype, ...), which a GPU's device arrays lack.
+DEVICE_ARRAY_ATTRIBUTES = frozenset({
+    "shape", "strides", "dtype", "size", "ndim", "nbytes", "alloc_size", "flags", "stream", "gpu_data", "T",
+    "transpose", "reshape", "ravel", "view", "squeeze", "split", "bind", "copy_to_host", "copy_to_device", "getitem",
+    "setitem", "is_c_contiguous", "is_f_contiguous", "__array__", "__len__", "__cuda_array_interface__"})
+
+
+def sim_lanes_config():
+    """The lane tests' config in the simulator: the narrowest widths with both mixers, and a vocabulary that holds
+    every id the tests draw (below 500)."""
+    from tensorfold.model.tiny import TINY_CONFIG
+    return dataclasses.replace(
+        TINY_CONFIG, vocab_size=512, hidden_size=16, intermediate_size=16, num_hidden_layers=2, layer_types=(L, F),
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, linear_num_key_heads=1, linear_num_value_heads=2,
+        linear_key_head_dim=4, linear_value_head_dim=4, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="session")
+def lanes_backend(request, on_gpu):
+    """The backend of the lane tests: "cuda" under --gpu; without it "numpy", or with TENSORFOLD_TEST_LANES=sim
+    "cuda" in the simulator (set up by simulated_device)."""
+    mode = os.environ.get(LANES_SWITCH, "numpy")
+    if mode not in ("numpy", "sim"):
+        raise ValueError(f"{LANES_SWITCH}={mode!r}: use numpy or sim")
+    if on_gpu:
+        return "cuda"
+    if mode == "sim":
+        request.getfixturevalue("simulated_device")
+        return "cuda"
+    return "numpy"
+
+
+@pytest.fixture(scope="session")
+def simulated_device():
+    """The simulator set up for whole-model tests: 8-thread GEMV and norm blocks (as in test_backend_sim.py), a short
+    GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails
+    here as it would on a GPU)."""
+    import sys
+
+    import numpy as np
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    from tensorfold.cuda import gemv, rmsnorm
+    lend_attribute, index = FakeCUDAArray.__getattr__, FakeCUDAArray.__getitem__
+
+    def device_attribute(array, name):
+        if name not in DEVICE_ARRAY_ATTRIBUTES:
+            raise AttributeError(f"a device array has no attribute {name!r}: copy it to the host first")
+        return lend_attribute(array, name)
+
+    def device_index(array, key):
+        parts = key if isinstance(key, tuple) else (key,)
+        if not all(isinstance(p, (int, np.integer, slice)) or p is Ellipsis for p in parts):
+            raise TypeError(f"a device array takes integers and slices as indices, not {key!r}")
+        return index(array, key)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5e-5)  # the simulator's block manager polls its threads under the GIL: hand it back sooner
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gemv, "THREADS", 8)
+        patch.setattr(rmsnorm, "THREADS", 8)
+        patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
+        patch.setattr(FakeCUDAArray, "__getitem__", device_index)
+        yield
+    sys.setswitchinterval(interval)
+
+
+@pytest.fixture(scope="session")
+def lanes_model(request, lanes_backend, on_gpu, tmp_path_factory):
+    """The model of the lane tests: the tiny "gqa" checkpoint on the twins; under --gpu a random checkpoint with
+    Qwen3.5-0.8B's config (its max_position_embeddings, 262,144, leaves room for a stream of more than 8,192 keys)
+    in MLX 4-bit; in the simulator the micro config in bf16 (narrower than one quantization group)."""
+    import tensorfold
+    from tensorfold.model.tiny import make_tiny
+    if lanes_backend == "numpy":
+        return tensorfold.load(request.getfixturevalue("tiny_hf"), backend="numpy")
+    if on_gpu:
+        from tensorfold.model.presets import preset
+        config, fmt = preset("0.8B"), "mlx4"
+    else:
+        config, fmt = sim_lanes_config(), "hf"
+    folder = str(tmp_path_factory.mktemp("lanes"))
+    make_tiny(folder, seed=1, fmt=fmt, config=config)
+    return tensorfold.load(folder, backend="cuda")
+
+
+@pytest.fixture(scope="session")
+def lanes_mlx4_model(request, lanes_backend):
+    """The lane tests' MLX 4-bit model: the tiny one on the twins; on the `cuda` backend lanes_model itself (MLX 4-bit
+    on the GPU, bf16 in the simulator)."""
+    if lanes_backend == "numpy":
+        import tensorfold
+        return tensorfold.load(request.getfixturevalue("tiny_mlx4"), backend="numpy")
+    return request.getfixturevalue("lanes_model")

@@ -1,4 +1,7 @@
-"""A prompt pass and one-row steps give the same logits bytes, whatever the chunking of the prompt."""
+"""A prompt pass and one-row steps give the same logits bytes, whatever the chunking of the prompt.
+
+The checks run on the session's lane models (conftest.py): the tiny checkpoints on the twins, or under --gpu
+Qwen3.5-0.8B's shapes on the GPU."""
 import numpy as np
 import pytest
 
@@ -10,15 +13,15 @@ def stepwise_logits(model, ids, chunks):
     state = model.net.new_state()
     out, start = [], 0
     for size in chunks:
-        out.append(model.net.forward(ids[start:start + size], state))
+        out.append(model.backend.to_host(model.net.forward(ids[start:start + size], state)))
         start += size
     assert start == len(ids)
     return np.concatenate(out)
 
 
 @pytest.mark.parametrize("length", [31, 32, 33, 40, 64, 128, 129, 200, 300])
-def test_prompt_rows_equal_one_row_steps(tiny_hf, length):
-    model = tensorfold.load(tiny_hf, backend="numpy")
+def test_prompt_rows_equal_one_row_steps(lanes_model, length):
+    model = lanes_model
     ids = np.random.default_rng(length).integers(0, model.config.vocab_size, length)
     whole = model.logits(ids)
     steps = stepwise_logits(model, ids, [1] * length)
@@ -27,15 +30,15 @@ def test_prompt_rows_equal_one_row_steps(tiny_hf, length):
     assert whole.tobytes() == mixed.tobytes()
 
 
-def test_mlx_prompt_rows_equal_one_row_steps(tiny_mlx4):
-    model = tensorfold.load(tiny_mlx4, backend="numpy")
+def test_mlx_prompt_rows_equal_one_row_steps(lanes_mlx4_model):
+    model = lanes_mlx4_model
     ids = np.random.default_rng(5).integers(0, model.config.vocab_size, 140)
     assert model.logits(ids).tobytes() == stepwise_logits(model, ids, [1] * 140).tobytes()
 
 
 def test_control_row_count_dependent_gemv_is_caught(tiny_hf, monkeypatch):
     """Control: a GEMV whose sums depend on how many rows run together (BLAS) breaks the equality."""
-    model = tensorfold.load(tiny_hf, backend="numpy")
+    model = tensorfold.load(tiny_hf, backend="numpy")  # twins only: the fault replaces the NumPy GEMV
     ids = np.random.default_rng(3).integers(0, model.config.vocab_size, 64)
 
     def blas_linear(x, weight):
@@ -49,7 +52,7 @@ def test_control_row_count_dependent_gemv_is_caught(tiny_hf, monkeypatch):
 def test_control_window_dependent_attention_chunks_are_caught(tiny_hf, monkeypatch):
     """Control: cutting attention chunks relative to the window instead of at fixed positions breaks equality."""
     from tensorfold.cuda import attention
-    model = tensorfold.load(tiny_hf, backend="numpy")
+    model = tensorfold.load(tiny_hf, backend="numpy")  # twins only: the fault is planted in the NumPy attention
     ids = np.random.default_rng(4).integers(0, model.config.vocab_size, 150)
     whole = model.logits(ids)
     original = attention.attention_partial

@@ -1,34 +1,27 @@
-"""Lane rounds on the GPU at Qwen3.5-0.8B's shapes (random weights, 4 of its 24 layers): drafted chains and trees
-equal undrafted, concurrent equals solo, deferred keep on and off, and a stream of more than 8,192 keys beside a
-short one.
+"""Lane rounds on the GPU at Qwen3.5-0.8B's shapes (random weights, all 24 layers: the session's lanes_model, see
+conftest.py): drafted chains and trees equal undrafted, concurrent equals solo, deferred keep on and off, and a
+stream of more than 8,192 keys beside a short one.
 
-Runs only with `pytest --gpu`; `LANES_BACKEND=numpy` runs the same checks on the twins with a tiny config."""
-import dataclasses
+Runs only with `pytest --gpu`; without a GPU, `TENSORFOLD_TEST_LANES=numpy` runs the same checks on the twins with
+the tiny config, and `TENSORFOLD_TEST_LANES=sim` on the kernels in numba's CUDA simulator with a micro config (far
+too slow for the long stream)."""
 import os
 
 import numpy as np
 import pytest
 
-import tensorfold
 from tensorfold.drafters import NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.qwen35 import KeepPolicy, Window
 
 from test_lanes import OracleDrafter, OracleTreeDrafter
 
-BACKEND = os.environ.get("LANES_BACKEND", "cuda")
-pytestmark = pytest.mark.gpu if BACKEND == "cuda" else []
+pytestmark = [] if os.environ.get("TENSORFOLD_TEST_LANES") else pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    from tensorfold.model.presets import preset
-    from tensorfold.model.tiny import TINY_CONFIG, make_tiny
-    folder = tmp_path_factory.mktemp("lanes")
-    config = preset("0.8B", num_hidden_layers=4) if BACKEND == "cuda" else dataclasses.replace(
-        TINY_CONFIG, max_position_embeddings=16384)
-    make_tiny(folder, seed=1, fmt="mlx4", config=config)
-    return tensorfold.load(str(folder), backend=BACKEND)
+def model(lanes_model):
+    return lanes_model
 
 
 def test_rounds_equal_solo_with_and_without_drafts_and_deferred_keep(model):
