@@ -173,13 +173,13 @@ def lanes_model(request, lanes_backend, on_gpu, tmp_path_factory):
     from tensorfold.model.tiny import make_tiny
     if lanes_backend == "numpy":
         return tensorfold.load(request.getfixturevalue("tiny_hf"), backend="numpy")
-    if on_gpu:
-        from tensorfold.model.presets import preset
-        config, fmt = preset("0.8B"), "mlx4"
-    else:
-        config, fmt = sim_lanes_config(), "hf"
     folder = str(tmp_path_factory.mktemp("lanes"))
-    make_tiny(folder, seed=1, fmt=fmt, config=config)
+    if on_gpu:  # random 4-bit codes drawn packed: seconds, where quantizing 0.8B float weights takes a minute
+        from tensorfold.bench_local import write_random_mlx4
+        from tensorfold.model.presets import preset
+        write_random_mlx4(folder, preset("0.8B"), seed=1)
+    else:
+        make_tiny(folder, seed=1, fmt="hf", config=sim_lanes_config())
     return tensorfold.load(folder, backend="cuda")
 
 

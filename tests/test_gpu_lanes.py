@@ -24,18 +24,17 @@ def model(lanes_model):
     return lanes_model
 
 
-def test_rounds_equal_solo_with_and_without_drafts_and_deferred_keep(model):
+@pytest.mark.parametrize("late", [True, False])
+@pytest.mark.parametrize("tokens, sampling", [(24, dict(temperature=0.0)), (8, dict(temperature=0.8, seed=3))])
+def test_rounds_equal_solo_with_and_without_drafts_and_deferred_keep(model, tokens, sampling, late):
     prompts = [list(np.random.default_rng(i).integers(0, 500, 5 + 7 * i)) for i in range(4)]
-    for tokens, sampling in ((24, dict(temperature=0.0)), (8, dict(temperature=0.8, seed=3))):
-        solo = [model.generate(p, tokens, stop_ids=(), **sampling) for p in prompts]
-        for late in (True, False):
-            for drafter in (NgramDrafter(), OracleDrafter(prompts, solo), OracleTreeDrafter(prompts, solo)):
-                engine = Engine(model, parallel=4, drafter=drafter, keep=KeepPolicy(late=late), context=4096)
-                requests = [engine.submit(p, SamplingParams(max_tokens=tokens, stop_ids=(), **sampling))
-                            for p in prompts]
-                while engine.run_round():
-                    pass
-                assert [r.output for r in requests] == solo, (sampling, late, drafter.name)
+    solo = [model.generate(p, tokens, stop_ids=(), **sampling) for p in prompts]
+    for drafter in (NgramDrafter(), OracleDrafter(prompts, solo), OracleTreeDrafter(prompts, solo)):
+        engine = Engine(model, parallel=4, drafter=drafter, keep=KeepPolicy(late=late), context=4096)
+        requests = [engine.submit(p, SamplingParams(max_tokens=tokens, stop_ids=(), **sampling)) for p in prompts]
+        while engine.run_round():
+            pass
+        assert [r.output for r in requests] == solo, (sampling, late, drafter.name)
 
 
 def test_a_long_stream_beside_a_short_one(model):

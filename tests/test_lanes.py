@@ -126,19 +126,32 @@ PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto t
            "HAMLET:\nTo be, or not to be"]
 
 
+@pytest.fixture(scope="module")
+def solo_outputs(model):
+    """Outputs of prompts generated alone without drafts, computed once per (prompts, tokens, sampling)."""
+    done = {}
+
+    def outputs(prompts, tokens, sampling):
+        key = (tuple(map(tuple, prompts)), tokens, tuple(sorted(sampling.items())))
+        if key not in done:
+            done[key] = [model.generate(p, tokens, stop_ids=(), **sampling) for p in prompts]
+        return done[key]
+    return outputs
+
+
+@pytest.mark.parametrize("parallel", [1, 4, 16])  # one test per lane count: on a GPU they run side by side
 @pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.9, top_p=0.95, seed=11)])
-def test_drafted_equals_undrafted_and_concurrent_equals_solo(model, sampling):
+def test_drafted_equals_undrafted_and_concurrent_equals_solo(model, solo_outputs, sampling, parallel):
     prompts = [model.tokenizer.encode(p) for p in PROMPTS]
     params = SamplingParams(max_tokens=40, stop_ids=(), **sampling)
-    solo = [model.generate(p, 40, stop_ids=(), **sampling) for p in prompts]
+    solo = solo_outputs(prompts, 40, sampling)
     oracle = OracleDrafter(prompts, solo)
-    for parallel in (1, 4, 16):
-        for drafter in (Drafter(), NgramDrafter(), oracle):
-            requests = run(model, prompts * (4 if parallel == 16 else 1), params, parallel=parallel, drafter=drafter)
-            assert [sha(r.output) for r in requests] == [sha(o) for o in solo] * (4 if parallel == 16 else 1), \
-                (parallel, drafter.name)
-            if drafter is oracle:
-                assert all(0 < r.stats.accepted < r.stats.drafted for r in requests)  # full, partial and no keeps
+    for drafter in (Drafter(), NgramDrafter(), oracle):
+        requests = run(model, prompts * (4 if parallel == 16 else 1), params, parallel=parallel, drafter=drafter)
+        assert [sha(r.output) for r in requests] == [sha(o) for o in solo] * (4 if parallel == 16 else 1), \
+            (parallel, drafter.name)
+        if drafter is oracle:
+            assert all(0 < r.stats.accepted < r.stats.drafted for r in requests)  # full, partial and no keeps
 
 
 def test_ngram_drafts_are_accepted_on_shakespeare(shakespeare):
@@ -381,19 +394,19 @@ class OracleTreeDrafter(OracleDrafter):
 
 
 @pytest.mark.parametrize("late", [True, False])
-def test_tree_drafts_equal_undrafted_and_solo(model, late):
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.9, seed=4)])
+def test_tree_drafts_equal_undrafted_and_solo(model, solo_outputs, sampling, late):
     from tensorfold.drafters import NgramTreeDrafter
     prompts = [model.tokenizer.encode(p) for p in PROMPTS]
-    for sampling in (dict(temperature=0.0), dict(temperature=0.9, seed=4)):
-        solo = [model.generate(p, 30, stop_ids=(), **sampling) for p in prompts]
-        for drafter in (OracleTreeDrafter(prompts, solo), NgramTreeDrafter()):
-            engine = Engine(model, parallel=4, drafter=drafter, keep=KeepPolicy(late=late))
-            requests = [engine.submit(p, SamplingParams(max_tokens=30, stop_ids=(), **sampling)) for p in prompts]
-            while engine.run_round():
-                pass
-            assert [r.output for r in requests] == solo, drafter.name
-            if isinstance(drafter, OracleTreeDrafter):
-                assert all(r.stats.accepted > r.stats.rounds for r in requests)  # deep paths through the siblings
+    solo = solo_outputs(prompts, 30, sampling)
+    for drafter in (OracleTreeDrafter(prompts, solo), NgramTreeDrafter()):
+        engine = Engine(model, parallel=4, drafter=drafter, keep=KeepPolicy(late=late))
+        requests = [engine.submit(p, SamplingParams(max_tokens=30, stop_ids=(), **sampling)) for p in prompts]
+        while engine.run_round():
+            pass
+        assert [r.output for r in requests] == solo, drafter.name
+        if isinstance(drafter, OracleTreeDrafter):
+            assert all(r.stats.accepted > r.stats.rounds for r in requests)  # deep paths through the siblings
 
 
 def test_ngram_tree_drafter_shares_prefixes():
