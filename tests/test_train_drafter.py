@@ -13,32 +13,6 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "train_drafter.py"
 
-TRAIN_TEXT = """SONNET:
-Shall I compare thee to a summer's day?
-Thou art more lovely and more temperate:
-Rough winds do shake the darling buds of May,
-And summer's lease hath all too short a date;
-Sometime too hot the eye of heaven shines,
-And often is his gold complexion dimm'd;
-And every fair from fair sometime declines,
-By chance or nature's changing course untrimm'd;
-But thy eternal summer shall not fade,
-Nor lose possession of that fair thou ow'st;
-Nor shall Death brag thou wander'st in his shade,
-When in eternal lines to time thou grow'st:
-So long as men can breathe or eyes can see,
-So long lives this, and this gives life to thee.
-
-HAMLET:
-To be, or not to be, that is the question:
-Whether 'tis nobler in the mind to suffer
-The slings and arrows of outrageous fortune,
-Or to take arms against a sea of troubles
-And by opposing end them. To die, to sleep;
-No more; and by a sleep to say we end
-The heart-ache and the thousand natural shocks
-That flesh is heir to.
-"""
 
 VAL_TEXT = """SONNET:
 Let me not to the marriage of true minds
@@ -75,10 +49,11 @@ def data_dir(tmp_path_factory):
     """train.npy and val.npy (uint16 ids) from the embedded model's tokenizer on two short texts."""
     import tensorfold
     from tensorfold.cli import DEFAULT_MODEL
+    from tensorfold.model.tiny_corpus import TINY_CORPUS  # verse and prose shipped with the package
 
     tokenizer = tensorfold.load(DEFAULT_MODEL, backend="numpy").tokenizer
     folder = tmp_path_factory.mktemp("data")
-    np.save(folder / "train.npy", np.array(tokenizer.encode(TRAIN_TEXT), np.uint16))
+    np.save(folder / "train.npy", np.array(tokenizer.encode(TINY_CORPUS), np.uint16))
     np.save(folder / "val.npy", np.array(tokenizer.encode(VAL_TEXT), np.uint16))
     return folder
 
