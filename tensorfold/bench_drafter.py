@@ -4,8 +4,9 @@ drafted round, the model's own token included) and the decode rate (output token
 token to the last, so the prompt pass is left out). Every drafted output must equal the undrafted one (by token
 sha256): a mismatch is reported and fails the run.
 
-By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded sampling (T = 0.8), 256 tokens for
-each of four prompts from the plays, after one untimed warm-up request per mode (it compiles the kernels).
+By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded
+sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after one untimed warm-up request per mode
+(it compiles the kernels).
 """
 import hashlib
 import json
