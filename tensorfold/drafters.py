@@ -26,7 +26,8 @@ class Drafter:
         position, position + 1, ..."""
 
     def save(self, state):
-        """A host copy of a stream's state, kept with a prompt-cache snapshot (None: nothing to keep)."""
+        """A host copy of a stream's state, kept with a prompt-cache snapshot: None (nothing to keep), or an object
+        whose `nbytes` the cache counts against its budget."""
         return None
 
     def restore(self, saved):

@@ -42,9 +42,7 @@ class Snapshot:
         self.values = {i: ops.to_host(a[:state.length]).copy() for i, a in state.values.items()}
         self.draft = draft
         parts = [*self.recurrent.values(), *self.conv_tail.values(), *self.keys.values(), *self.values.values()]
-        if draft is not None:
-            parts += [*draft["keys"], *draft["values"]]
-        self.nbytes = sum(a.nbytes for a in parts)
+        self.nbytes = sum(a.nbytes for a in parts) + (draft.nbytes if draft is not None else 0)
 
     def restore(self, state: StreamState) -> None:
         """Make `state` this snapshot (rows it had pending are dropped with the rest of it)."""

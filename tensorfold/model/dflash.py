@@ -261,6 +261,18 @@ class DraftContext:
         return int(self.positions[-1]) + 1 if self.length else 0
 
 
+@dataclasses.dataclass
+class SavedContext:
+    """A DraftContext's committed rows in host memory (what BlockDrafter.save returns)."""
+    keys: list
+    values: list
+    positions: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in [*self.keys, *self.values, self.positions])
+
+
 def column_blocks(weight: Linear, width: int) -> list:
     """A dense Linear [out, F * width] as F Linears [out, width], one per block of columns."""
     assert weight.kind in ("f32", "bf16") and weight.in_features % width == 0
@@ -416,20 +428,20 @@ class BlockDrafter(Drafter):
         """Committed rows at positions position .. position + n - 1, with their tapped features [n, H] each."""
         self.model.extend(state, features, position)
 
-    def save(self, state: DraftContext) -> dict:
+    def save(self, state: DraftContext) -> "SavedContext":
         """The context's rows on the host: a prompt-cache snapshot keeps them, so a resumed stream drafts as well as
         a fresh one."""
         ops, n = self.model.ops, state.length
-        return {"keys": [ops.to_host(k[:n]).copy() for k in state.keys],
-                "values": [ops.to_host(v[:n]).copy() for v in state.values], "positions": state.positions.copy()}
+        return SavedContext([ops.to_host(k[:n]).copy() for k in state.keys],
+                            [ops.to_host(v[:n]).copy() for v in state.values], state.positions.copy())
 
-    def restore(self, saved: dict | None) -> DraftContext:
+    def restore(self, saved: "SavedContext | None") -> DraftContext:
         context = self.new_stream()
         if saved is not None:
             upload = self.model.ops.upload
-            context.keys = [upload(k.copy()) for k in saved["keys"]]
-            context.values = [upload(v.copy()) for v in saved["values"]]
-            context.positions = saved["positions"].copy()
+            context.keys = [upload(k.copy()) for k in saved.keys]
+            context.values = [upload(v.copy()) for v in saved.values]
+            context.positions = saved.positions.copy()
         return context
 
     def stream_bytes(self, rows: int) -> int:
