@@ -59,6 +59,7 @@ class NumpyBackend:
     sigmoid_mul = staticmethod(elementwise.sigmoid_mul)
     take_last = staticmethod(elementwise.take_last)
     sample = staticmethod(sampling.sample)
+    sample_rows = staticmethod(sampling.sample_rows)
 
     def zeros(self, shape):
         return np.zeros(shape, np.float32)
@@ -102,6 +103,10 @@ class CudaBackend:
             raise BackendError("backend 'cuda': no usable CUDA GPU here (numba.cuda.is_available() is False); "
                                "use backend 'numpy'")
         self.cuda = cuda
+        self.pooled = False  # whether device memory comes from tensorfold.device_pool (a real GPU, a fresh context)
+        if not simulated() and os.environ.get("TENSORFOLD_DEVICE_POOL", "1") != "0":
+            from . import device_pool
+            self.pooled = device_pool.install()
         self.stream = cuda.stream()
 
     def _device(self, array):
@@ -204,7 +209,12 @@ class CudaBackend:
         buffer[length:needed].copy_to_device(rows, stream=self.stream)
         return buffer
 
-    sample = staticmethod(sampling.sample)  # on the host row of logits the model hands over
+    sample = staticmethod(sampling.sample)  # one host row of logits (requests with penalties or logprobs)
+
+    def sample_rows(self, logits, seeds, positions, temperature, top_k, top_p, min_p):
+        """NumpyBackend.sample_rows on device logits: the draws run on the GPU and only the tokens come back."""
+        params = (self._device(a) for a in (seeds, positions, temperature, top_k, top_p, min_p))
+        return self.to_host(sampling.sample_launch(logits, *params, stream=self.stream))
 
     def topk(self, logits, k):
         """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""

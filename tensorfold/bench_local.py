@@ -496,7 +496,8 @@ def environment(backend) -> dict:
         driver = None
     major, minor = backend.cuda.cudadrv.driver.get_version()
     return {"device": name, "driver": driver, "cuda_driver_api": f"{major}.{minor}",
-            "compute_capability": ".".join(map(str, device.compute_capability)), "versions": versions}
+            "compute_capability": ".".join(map(str, device.compute_capability)), "device_pool": backend.pooled,
+            "versions": versions}
 
 
 def rate(entry) -> str:

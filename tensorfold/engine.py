@@ -225,10 +225,44 @@ class Engine:
                 stream.request.error = error
                 self._finish(stream, "error")
             return True
-        for stream, window, logits in zip(streams, windows, all_logits):
-            self._after(stream, window, self.model.backend.to_host(logits))
+        for stream, window, draw in zip(streams, windows, self._draws(streams, windows, all_logits)):
+            self._after(stream, window, draw)
         self.rounds += 1
         return True
+
+    def _draws(self, streams, windows, all_logits) -> list:
+        """For each stream, `draw(row)`: the model's token at a row of its window's logits.
+
+        The draws of the whole round are made in one backend call, on the device when the backend has one, and only
+        the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
+        position it has if the walk reaches it. A request with penalties or logprobs needs the logits on the host
+        (the penalties follow the tokens emitted so far), so its rows are drawn there, one at a time, as the walk
+        reaches them. A prompt chunk that does not end the prompt draws nothing."""
+        draws, batch = [None] * len(streams), []
+        for s, (stream, window, logits) in enumerate(zip(streams, windows, all_logits)):
+            request, p = stream.request, stream.request.params
+            if window.logits_for == "last" and stream.prompt_fed + len(window.ids) < len(request.prompt):
+                continue
+            if p.presence_penalty or p.frequency_penalty or p.logprobs is not None:
+                host = self.model.backend.to_host(logits)
+                draws[s] = lambda row, request=request, host=host: self._sample(request, host[row])
+                continue
+            depths = [0] if window.logits_for == "last" else window.depths
+            batch.append((s, logits, [len(request.output) + d for d in depths], request))
+        if batch:
+            backend = self.model.backend
+            logits = backend.concat_rows([b[1] for b in batch]) if len(batch) > 1 else batch[0][1]
+            rows = [(b[3], position) for b in batch for position in b[2]]
+            tokens = backend.sample_rows(
+                logits, np.array([r.seed for r, _ in rows], np.uint64), np.array([n for _, n in rows], np.uint64),
+                *(np.array([getattr(r.params, f) for r, _ in rows], dtype) for f, dtype in (
+                    ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32))))
+            start = 0
+            for s, _, positions, _ in batch:
+                mine = [int(t) for t in tokens[start:start + len(positions)]]
+                draws[s] = mine.__getitem__
+                start += len(positions)
+        return draws
 
     def _admit(self, request: Request) -> Stream:
         """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
@@ -256,8 +290,8 @@ class Engine:
             return Window(stream.state, ids, "all")  # a chain
         return Window(stream.state, ids, "all", parents=[-1] + [p + 1 for p in parents])
 
-    def _after(self, stream: Stream, window: Window, logits: np.ndarray) -> None:
-        """Keep the accepted rows and hand out the new tokens."""
+    def _after(self, stream: Stream, window: Window, draw) -> None:
+        """Keep the accepted rows and hand out the new tokens (`draw(row)`: the model's token at a row)."""
         request = stream.request
         request.stats.rounds += 1
         if window.logits_for == "last":  # a prompt chunk
@@ -268,18 +302,18 @@ class Engine:
                 draft = self.drafter.save(stream.draft_state) if stream.draft_state is not None else None
                 self.prompt_cache.store(request.prompt[:stream.prompt_fed], stream.state, draft)
             if stream.prompt_fed == len(request.prompt):
-                self._emit(stream, self._sample(request, logits[-1]))
+                self._emit(stream, draw(0))
             return
         drafts = window.ids[1:]
         request.stats.drafted += len(drafts)
         if drafts:
             request.stats.draft_rounds += 1
         if window.parents is not None:
-            self._walk_tree(stream, window, logits)
+            self._walk_tree(stream, window, draw)
             return
         kept = 0
         for row in range(len(window.ids)):
-            token = self._sample(request, logits[row])
+            token = draw(row)
             kept = row + 1
             if not self._emit(stream, token) or row == len(drafts) or drafts[row] != token:
                 break
@@ -288,13 +322,13 @@ class Engine:
             self._observe(stream, window, range(kept))
             stream.state.keep(kept)
 
-    def _walk_tree(self, stream: Stream, window: Window, logits) -> None:
+    def _walk_tree(self, stream: Stream, window: Window, draw) -> None:
         """Verify a tree: from the root, follow the child whose token equals the model's own token at that row."""
         request = stream.request
         children = {r: [c for c, parent in enumerate(window.parents) if parent == r] for r in range(len(window.ids))}
         path, row = [0], 0
         while True:
-            token = self._sample(request, logits[row])
+            token = draw(row)
             if not self._emit(stream, token):
                 break
             row = next((c for c in children[row] if window.ids[c] == token), None)

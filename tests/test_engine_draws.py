@@ -1,0 +1,78 @@
+"""The engine draws every row of a round in one backend call (on the GPU under --gpu): a drafted row is drawn for
+the output position it would have if the walk reaches it, len(output) + its depth, so drafted output still equals
+undrafted. Requests with penalties or logprobs draw on the host, in the same rounds. Each check has a planted
+control that moves the positions the way a bug would."""
+import numpy as np
+import pytest
+
+from tensorfold.engine import Engine, SamplingParams
+
+from test_lanes import PROMPTS, OracleDrafter, OracleTreeDrafter
+
+SAMPLING = dict(temperature=0.9, top_p=0.95, seed=21)
+TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def model(lanes_model):
+    return lanes_model
+
+
+@pytest.fixture(scope="module")
+def prompts_and_solo(model):
+    prompts = [model.tokenizer.encode(p) for p in PROMPTS[:2]]
+    return prompts, [model.generate(p, TOKENS, stop_ids=(), **SAMPLING) for p in prompts]
+
+
+def run(model, prompts, drafter, parallel=1, **extra):
+    engine = Engine(model, parallel=parallel, drafter=drafter)
+    requests = [engine.submit(p, SamplingParams(max_tokens=TOKENS, stop_ids=(), **SAMPLING, **extra)) for p in prompts]
+    while engine.run_round():
+        pass
+    return requests
+
+
+def plant(monkeypatch, model, positions):
+    """Route the backend's batched draws through `positions(original) -> planted`."""
+    original = model.backend.sample_rows
+
+    def planted(logits, seeds, where, *params):
+        return original(logits, seeds, positions(np.array(where)), *params)
+    monkeypatch.setattr(model.backend, "sample_rows", planted)
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_batched_draws_equal_solo(model, prompts_and_solo, shape):
+    prompts, solo = prompts_and_solo
+    drafter = (OracleDrafter if shape == "chain" else OracleTreeDrafter)(prompts, solo)
+    requests = run(model, prompts, drafter, parallel=2)
+    assert [r.output for r in requests] == solo
+    assert all(r.stats.accepted > 0 for r in requests)  # drafted rows were drawn and accepted
+
+
+def test_control_drafted_rows_drawn_one_position_late_are_caught(model, prompts_and_solo, monkeypatch):
+    prompts, solo = prompts_and_solo
+    plant(monkeypatch, model, lambda where: where + (np.arange(len(where)) > 0))  # every row after a window's first
+    requests = run(model, prompts, OracleDrafter(prompts, solo))
+    assert [r.output for r in requests] != solo
+
+
+def test_control_tree_rows_drawn_at_their_row_index_are_caught(model, prompts_and_solo, monkeypatch):
+    prompts, solo = prompts_and_solo
+    plant(monkeypatch, model, lambda where: where[0] + np.arange(len(where), dtype=where.dtype))  # not the depth
+    requests = run(model, prompts, OracleTreeDrafter(prompts, solo))
+    assert [r.output for r in requests] != solo
+
+
+def test_host_draws_beside_batched_draws(model, prompts_and_solo):
+    """A request with logprobs draws on the host in the same rounds as one drawing on the backend: both equal solo,
+    and the logprobs belong to the tokens drawn."""
+    prompts, solo = prompts_and_solo
+    engine = Engine(model, parallel=2, drafter=OracleDrafter(prompts, solo))
+    plain = engine.submit(prompts[0], SamplingParams(max_tokens=TOKENS, stop_ids=(), **SAMPLING))
+    with_logprobs = engine.submit(prompts[1], SamplingParams(max_tokens=TOKENS, stop_ids=(), logprobs=2, **SAMPLING))
+    while engine.run_round():
+        pass
+    assert [plain.output, with_logprobs.output] == solo
+    assert len(with_logprobs.logprobs) == TOKENS
+    assert all(logprob <= 0 and len(top) == 2 for logprob, top in with_logprobs.logprobs)
