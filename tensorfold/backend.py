@@ -54,6 +54,7 @@ class NumpyBackend:
     rope = staticmethod(rotary.rope)
     attention_partial = staticmethod(attention.attention_partial)
     attention_merge = staticmethod(attention.attention_merge)
+    kv_compact = staticmethod(attention.kv_compact)
     add = staticmethod(elementwise.add)
     silu_mul = staticmethod(elementwise.silu_mul)
     sigmoid_mul = staticmethod(elementwise.sigmoid_mul)
@@ -174,14 +175,14 @@ class CudaBackend:
     def take_last(self, x, start, stop):
         return elementwise.take_last_launch(x, start, stop, stream=self.stream)
 
-    def causal_conv(self, inputs, tail, weight):
-        return conv.causal_conv_launch(inputs, tail, weight, stream=self.stream)
+    def causal_conv(self, inputs, tail, weight, taps=None):
+        return conv.causal_conv_launch(inputs, tail, weight, taps, stream=self.stream)
 
     def deltanet_gates(self, b, a, a_log, dt_bias):
         return deltanet.deltanet_gates_launch(b, a, a_log, dt_bias, stream=self.stream)
 
-    def deltanet_scan(self, state, q, k, v, decay, beta):
-        return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, stream=self.stream)
+    def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None):
+        return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, depths, path_slots, stream=self.stream)
 
     def deltanet_apply(self, state, log, path):
         return deltanet.deltanet_apply_launch(state, log, path, stream=self.stream)
@@ -190,12 +191,18 @@ class CudaBackend:
         return rotary.rope_launch(x, self._device(np.asarray(positions, np.int32)), rotary_dim, theta,
                                 stream=self.stream)
 
-    def attention_partial(self, q, keys, values, n_keys, scale):
+    def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None):
+        """n_keys on the host (its largest sets the chunks); path_slots, like the other index maps, a device array
+        (uploaded once a round by the model)."""
         return attention.attention_partial_launch(q, keys, values, self._device(np.asarray(n_keys, np.int32)),
-                                                  scale, stream=self.stream, max_keys=int(np.max(n_keys)))
+                                                  scale, committed, path_slots, stream=self.stream,
+                                                  max_keys=int(np.max(n_keys)))
 
     def attention_merge(self, m, l, o):
         return attention.attention_merge_launch(m, l, o, stream=self.stream)
+
+    def kv_compact(self, keys, values, committed, path):
+        return attention.kv_compact_launch(keys, values, committed, path, stream=self.stream)
 
     def append_rows(self, buffer, length, rows, limit=None):
         """Write device `rows` at `buffer[length:]`, growing the device buffer like NumpyBackend.append_rows."""

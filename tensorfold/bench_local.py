@@ -200,9 +200,9 @@ def gemv_bandwidth(backend, name: str, weight, repeats: int) -> dict:
     x = backend.upload(np.random.default_rng(0).normal(size=(1, weight.in_features)).astype(np.float32))
     if backend.name == "cuda":
         from .cuda import gemv
-        y = backend.cuda.device_array((1, weight.out_features), np.float32, stream=backend.stream)
-        kernel = gemv.gemv_affine_kernel[(weight.out_features, 1), gemv.THREADS, backend.stream]
-        launch = lambda: kernel(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size, y)  # noqa
+        launch = lambda: gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data,  # noqa
+                                          weight.scales, weight.biases, weight.bits, weight.group_size,
+                                          stream=backend.stream)
     else:
         launch = lambda: backend.linear(x, weight)  # noqa
     seconds = device_seconds(backend, launch, repeats)
@@ -269,6 +269,54 @@ def calls_per_round(model, streams: int) -> int:
     finally:
         net.ops = real
     return counter.calls
+
+
+class TimingBackend(CountingBackend):
+    """A backend stand-in that times each call alone: the stream is drained before the call and after it, so a
+    call's time is its host work plus its device work."""
+
+    def __init__(self, backend):
+        super().__init__(backend)
+        self.seconds, self.counts = {}, {}
+
+    def __getattr__(self, name):
+        attribute = getattr(self.backend, name)
+        if not callable(attribute):
+            return attribute
+
+        def timed(*args, **kwargs):
+            synchronize(self.backend)
+            started = time.perf_counter()
+            result = attribute(*args, **kwargs)
+            synchronize(self.backend)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return result
+        return timed
+
+
+def ops_per_round(model, rounds: int = 5) -> dict:
+    """One undrafted stream's decode rounds with every backend call timed alone: per op, its calls and its
+    milliseconds a round, and the round so timed (the sum, plus the engine's own host work)."""
+    from .engine import Engine, SamplingParams
+    net, real = model.net, model.net.ops
+    timer = net.ops = model.backend = TimingBackend(real)  # the stream's cache calls through it too
+    try:
+        engine = Engine(model, parallel=1, context=64)
+        engine.submit([1, 2, 3], SamplingParams(max_tokens=3 + rounds, draft=False, stop_ids=()))
+        engine.run_round()  # the prompt
+        engine.run_round()
+        timer.seconds.clear()
+        timer.counts.clear()
+        started = time.perf_counter()
+        for _ in range(rounds):
+            engine.run_round()
+        seconds = time.perf_counter() - started
+    finally:
+        net.ops = model.backend = real
+    ops = sorted(({"op": name, "calls": timer.counts[name] / rounds, "ms": 1000 * timer.seconds[name] / rounds}
+                  for name in timer.seconds), key=lambda op: -op["ms"])
+    return {"rounds": rounds, "ms_per_round": 1000 * seconds / rounds, "ops": ops}
 
 
 def round_bytes(model) -> int:
@@ -366,6 +414,7 @@ def run_decode(model, args, rng) -> dict:
         level["calls_per_round"] = calls_per_round(model, streams)
         levels.append(level)
         echo(f"#   decode x{streams}: {level['tok_s']:,.1f} tok/s ({level['ms_per_round']:.2f} ms a round)")
+    breakdown = ops_per_round(model)
     op_us = 1e6 * op_seconds(backend)
     for level in levels:
         level["launch_ms_per_round"] = level["calls_per_round"] * op_us / 1000
@@ -379,7 +428,7 @@ def run_decode(model, args, rng) -> dict:
     gemvs = [gemv_bandwidth(backend, head, model.net.lm_head, args.gemv_repeats),
              gemv_bandwidth(backend, largest_layer, weights[largest_layer], args.gemv_repeats)]
     return {"tokens": args.tokens, "warmup": args.warmup, "prompt_tokens": args.prompt_tokens, "levels": levels,
-            "us_per_call": op_us, "gemv": gemvs,
+            "us_per_call": op_us, "ops": breakdown, "gemv": gemvs,
             "floor": {"round_bytes": read, "copy_mib": args.copy_mib, "copy_bytes_per_s": copy,
                       "ms_per_round": floor_ms, "tok_s": 1000 / floor_ms}}
 
@@ -561,6 +610,10 @@ def report(results: dict) -> list:
             lines.append(f"decode round, {streams(level['streams'])}: {level['ms_per_round']:.2f} ms measured; "
                          f"launch model {level['calls_per_round']:,} backend calls x {decode['us_per_call']:.1f} us "
                          f"= {level['launch_ms_per_round']:.2f} ms")
+        ops = decode["ops"]
+        lines.append(f"decode round, 1 stream, each backend call timed alone (synchronised): "
+                     f"{ops['ms_per_round']:.2f} ms; the calls: " + ", ".join(
+                         f"{op['op']} {op['ms']:.2f} ms ({op['calls']:g})" for op in ops["ops"]))
         for g in decode["gemv"]:
             lines.append(f"4-bit GEMV, 1 row, {g['weight']} {g['shape'][0]}x{g['shape'][1]}: "
                          f"{1e6 * g['seconds']:,.1f} us, {g['bytes_per_s'] / 1e9:,.1f} GB/s of {mib(g['bytes'])}")

@@ -26,6 +26,11 @@ def test_decode(tmp_path, capsys):
                         level["calls_per_round"], level["launch_ms_per_round"])
     assert decode["levels"][1]["calls_per_round"] > decode["levels"][0]["calls_per_round"]  # the conv, scan, ...
     assert positive(*decode["floor"].values(), decode["us_per_call"])
+    ops = {op["op"]: op for op in decode["ops"]["ops"]}
+    # every call of the model is timed, and the engine's draw besides
+    assert sum(op["calls"] for op in ops.values()) >= decode["levels"][0]["calls_per_round"]
+    assert ops["sample_rows"]["calls"] == 1
+    assert decode["ops"]["ms_per_round"] >= sum(op["ms"] for op in ops.values()) > 0
     assert [g["weight"] for g in decode["gemv"]][0] == "lm_head.weight"  # the tiny config has an untied head
     assert all(positive(g["bytes"], g["seconds"], g["bytes_per_s"]) for g in decode["gemv"])
     assert results["weight_bytes"] > decode["floor"]["round_bytes"] > 0  # an untied embedding is read by rows

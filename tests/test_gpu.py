@@ -48,3 +48,38 @@ def test_qwen35_08b_shapes_in_mlx4_cuda_equals_numpy(tmp_path_factory):
     gpu = tensorfold.load(str(folder), backend="cuda")
     ids = np.random.default_rng(3).integers(0, 248000, 9)
     assert gpu.logits(ids).tobytes() == cpu.logits(ids).tobytes()
+
+
+POOL_CHECK = """
+import sys
+from tensorfold.backend import CudaBackend
+from tensorfold.device_pool import size_class
+backend = CudaBackend()
+manager = backend.cuda.current_context().memory_manager
+print(backend.pooled, type(manager).__name__)
+if backend.pooled:
+    first = backend.zeros((1000,))
+    where = first.device_ctypes_pointer.value
+    del first
+    again = backend.zeros((1000,))
+    assert again.device_ctypes_pointer.value == where, "a freed block of the same class is handed out again"
+    held = manager.held
+    for _ in range(200):  # a round's worth of short-lived arrays, many times: nothing new from the driver
+        arrays = [backend.zeros((n,)) for n in (10, 1000, 5000, 70000)]
+        del arrays
+    assert manager.held == held + sum(size_class(4 * n) for n in (10, 1000, 5000, 70000)), manager.held - held
+"""
+
+
+@pytest.mark.parametrize("switch, pooled", [("1", "True CachingMemoryManager"), ("0", "False NumbaCUDAMemoryManager")])
+def test_device_pool_reuses_blocks_and_has_a_switch(switch, pooled):
+    """A fresh process (the pool must come before the CUDA context): freed blocks come back, repeated rounds take
+    nothing more from the driver; TENSORFOLD_DEVICE_POOL=0 leaves numba's manager (the control: it is a real
+    switch, so the first case's checks ran on the pool)."""
+    import os
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", POOL_CHECK], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TENSORFOLD_DEVICE_POOL": switch})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == pooled

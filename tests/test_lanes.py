@@ -367,6 +367,29 @@ def test_tree_rows_equal_one_row_steps_along_their_ancestors(model, late, commit
     assert host(model, model.net.forward([9], state)).tobytes() == expected_step.tobytes()
 
 
+def test_keeping_a_tree_path_compacts_its_keys_and_values(model, monkeypatch):
+    """A tree's rows are written at length + slot; keep_path moves the kept path's rows to length + depth, so that
+    the committed keys and values equal those of one-row steps of the kept tokens, byte for byte. Control: a keep
+    that leaves the rows where the window wrote them."""
+    rng = np.random.default_rng(2)
+    prompt, ids = [int(t) for t in rng.integers(0, 500, 30)], tree_ids(rng, TREE)
+    path = [0, 2, 5, 9, 13]  # slots that are not depths from row 2 on
+    _, stepped = one_row_steps(model, prompt + [ids[r] for r in path])
+
+    def committed_cache():
+        state = model.net.new_state()
+        model.net.forward(prompt, state)
+        model.net.forward_round([Window(state, ids, parents=TREE)])
+        state.keep_path(path)
+        assert state.length == stepped.length
+        return [host(model, cache[i][:state.length]) for cache in (state.keys, state.values) for i in cache]
+
+    expected = [host(model, cache[i][:stepped.length]) for cache in (stepped.keys, stepped.values) for i in cache]
+    assert all(got.tobytes() == want.tobytes() for got, want in zip(committed_cache(), expected, strict=True))
+    monkeypatch.setattr(model.backend, "kv_compact", lambda keys, values, committed, path: (keys, values))
+    assert any(got.tobytes() != want.tobytes() for got, want in zip(committed_cache(), expected, strict=True))
+
+
 def test_control_a_tree_read_as_a_chain_is_caught(model):
     """Control: rows that read their slot-order predecessors (the seeds' tree bug) instead of their ancestors."""
     rng = np.random.default_rng(1)

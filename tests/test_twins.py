@@ -3,7 +3,7 @@ independence from the other rows) checked bit for bit with a planted control tha
 import numpy as np
 import pytest
 
-from tensorfold.cuda import attention, conv, deltanet, gemv, rmsnorm, rope, sampling
+from tensorfold.cuda import attention, conv, deltanet, gemv, paths, rmsnorm, rope, sampling
 from tensorfold.cuda.fmath import fma32, tree_sum
 
 rng = np.random.default_rng(0)
@@ -15,15 +15,17 @@ def normal(*shape, scale=1.0):
 
 # --- GEMV ---------------------------------------------------------------------------------------------------------
 
-def thread_loop_gemv(x, w, threads=gemv.THREADS):
-    """The kernel's mapping written out: thread t walks columns t, t + threads, ...; then the block tree."""
+def thread_loop_gemv(x, w, threads=gemv.THREADS, chunk=gemv.CHUNK):
+    """The kernel's mapping written out: thread t walks chunks t, t + threads, ... (`chunk` columns each, in order);
+    then the warp's tree."""
     y = np.empty((x.shape[0], w.shape[0]), np.float32)
     for r in range(x.shape[0]):
         for o in range(w.shape[0]):
             partial = np.zeros(threads, np.float32)
             for t in range(threads):
-                for k in range(t, w.shape[1], threads):
-                    partial[t] = fma32.py_func(w[o, k], x[r, k], partial[t])
+                for c in range(t, -(-w.shape[1] // chunk), threads):
+                    for k in range(c * chunk, min(c * chunk + chunk, w.shape[1])):
+                        partial[t] = fma32.py_func(w[o, k], x[r, k], partial[t])
             y[r, o] = tree_sum(partial)
     return y
 
@@ -34,8 +36,7 @@ def test_gemv_is_the_thread_loop(in_features):
     y = gemv.gemv_f32(x, w)
     assert y.tobytes() == thread_loop_gemv(x, w).tobytes()
     assert np.allclose(y, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-4)
-    if in_features > 64:  # control: another tree width sums in another order
-        assert y.tobytes() != thread_loop_gemv(x, w, threads=64).tobytes()
+    assert y.tobytes() != thread_loop_gemv(x, w, chunk=1).tobytes()  # control: a column stride, another order
 
 
 def test_gemv_rows_do_not_change_each_other():
@@ -100,6 +101,21 @@ def test_causal_conv_reference_and_windows():
     assert shifted.tobytes() != second.tobytes()
 
 
+def test_a_tree_conv_row_equals_a_chain_along_its_path():
+    """Each tree row's conv window is its ancestors' inputs running on into the tail; the new tail is the last row's
+    window less its oldest input. Control: taps in slot order (a sibling read as a predecessor) differ."""
+    parents = paths.TREES["16 rows"]
+    u, w, tail = normal(16, 12), normal(12, 4), normal(3, 12)
+    out, new_tail = conv.causal_conv(u, tail, w, paths.conv_taps(parents, 4))
+    for r in range(16):
+        path = paths.path_slots(parents)[r, :paths.depths(parents)[r] + 1]
+        along, tail_after = conv.causal_conv(u[path], tail, w)
+        assert out[r].tobytes() == along[-1].tobytes(), f"row {r}"
+    assert new_tail.tobytes() == tail_after.tobytes()  # the path to the last row
+    in_slot_order, _ = conv.causal_conv(u, tail, w)
+    assert in_slot_order.tobytes() != out.tobytes()
+
+
 # --- DeltaNet ---------------------------------------------------------------------------------------------------
 
 def deltanet_inputs(rows, nk=2, nv=4, dk=8, dv=6):
@@ -134,6 +150,24 @@ def test_deltanet_apply_replays_the_log_and_controls_fail():
     swapped = [0, 1, 2, 4, 3] + list(range(5, 12))
     assert deltanet.deltanet_apply(state, log, dropped).tobytes() != final.tobytes()
     assert deltanet.deltanet_apply(state, log, swapped).tobytes() != final.tobytes()
+
+
+def test_a_tree_scan_row_equals_a_chain_along_its_path():
+    """Each tree row starts from its parent's state: its output equals a chain scan along its path, and replaying a
+    path's logged rows gives that chain's state. Controls: a tree scanned as a chain, and a replay in slot order."""
+    parents = paths.TREES["16 rows"]
+    depths, slots = paths.depths(parents), paths.path_slots(parents)
+    state, q, k, v, decay, beta = deltanet_inputs(16)
+    out, last, log = deltanet.deltanet_scan(state, q, k, v, decay, beta, depths, slots)
+    for r in range(16):
+        path = slots[r, :depths[r] + 1]
+        along, after, _ = deltanet.deltanet_scan(state, q[path], k[path], v[path], decay[path], beta[path])
+        assert out[r].tobytes() == along[-1].tobytes(), f"row {r}"
+        assert deltanet.deltanet_apply(state, log, path).tobytes() == after.tobytes(), f"row {r}"
+    assert last.tobytes() == after.tobytes()  # the state after the last row, along its path
+    as_chain, _, _ = deltanet.deltanet_scan(state, q, k, v, decay, beta)
+    assert as_chain.tobytes() != out.tobytes()
+    assert deltanet.deltanet_apply(state, log, range(len(path))).tobytes() != after.tobytes()
 
 
 def test_deltanet_gates():
@@ -192,6 +226,34 @@ def test_attention_chunk_boundary_control(monkeypatch):
     monkeypatch.setattr(attention, "CHUNK", 64)  # control: a moved chunk boundary changes the sums
     moved = attention.attention_merge(*attention.attention_partial(q, keys, values, [300], 0.25))
     assert moved.tobytes() != fixed.tobytes() and np.allclose(moved, fixed, rtol=1e-5)
+
+
+def test_a_tree_attention_row_equals_a_one_row_step_over_its_compacted_path():
+    """Window rows written at committed + slot: each row reads the committed keys, then its path's keys, in chunks
+    cut at logical positions. It equals one row reading a cache holding its path at committed + depth, which is what
+    kv_compact leaves for a kept path. Controls: a sibling's key in a row's place; compaction in decreasing depth."""
+    parents, committed = paths.TREES["16 rows"], 125  # rows at depth 3 and deeper read keys past the 128 boundary
+    depths, slots = paths.depths(parents), paths.path_slots(parents)
+    keys, values, q = normal(committed + 16, 2, 16), normal(committed + 16, 2, 16), normal(16, 4, 16)
+    n_keys = committed + depths + 1
+    out = attention.attention_merge(*attention.attention_partial(q, keys, values, n_keys, 0.25, committed, slots))
+    for r in range(16):
+        path = list(slots[r, :depths[r] + 1])
+        kept_keys, kept_values = attention.kv_compact(keys.copy(), values.copy(), committed, path)
+        alone = attention.attention_merge(*attention.attention_partial(q[r:r + 1], kept_keys, kept_values,
+                                                                       n_keys[r:r + 1], 0.25))
+        assert alone.tobytes() == out[r:r + 1].tobytes(), f"row {r}"
+        assert kept_keys[committed:committed + len(path)].tobytes() == keys[committed + np.array(path)].tobytes()
+    leaked = slots.copy()
+    leaked[15, depths[15]] = 14  # rows 14 and 15 are siblings
+    assert attention.attention_merge(*attention.attention_partial(q, keys, values, n_keys, 0.25, committed,
+                                                                  leaked))[15].tobytes() != out[15].tobytes()
+    path = [0, 2, 5, 9, 13]  # control: moved deepest first, slot 2 is overwritten (by slot 5) before it moves
+    backwards = keys.copy()
+    for depth, slot in reversed(list(enumerate(path))):
+        backwards[committed + depth] = backwards[committed + slot]
+    compacted, _ = attention.kv_compact(keys.copy(), values.copy(), committed, path)
+    assert backwards.tobytes() != compacted.tobytes()
 
 
 # --- sampling ---------------------------------------------------------------------------------------------------

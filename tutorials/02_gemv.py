@@ -8,9 +8,10 @@ numba's CUDA simulator, and shows why its result does not depend on how many row
 
 You will learn about:
 
-* the mapping: one block per output, THREADS threads walking the columns with a stride, one accumulator per row,
-  then a fixed shared-memory tree;
-* how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), never materialised;
+* the mapping: one warp per output, its THREADS threads walking chunks of CHUNK columns with a stride, one
+  accumulator per row, then a fixed halving tree;
+* how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), a few chunks at a time, never
+  materialised;
 * ``fma32``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the same way;
 * the same pattern in RMSNorm (``tensorfold/cuda/rmsnorm.py``), and the elementwise kernels between them.
 
@@ -51,18 +52,24 @@ print(f"two roundings: {w * x + acc!r}, one rounding: {fma32.py_func(w, x, acc)!
 # %%
 # The twin and the kernel
 # -----------------------
-# In the twin, one step of the loop over `start` is one step of every thread's strided walk, vectorised over
-# (row, output, thread); `tree_sum` is the kernel's halving tree. Read them side by side:
+# Thread t of an output's warp walks the chunks t, t + THREADS, ... (CHUNK columns each, in order). In the twin, one
+# pass of the loop over `e` is one step of every thread's walk, vectorised over (thread, row, output); `walk_order`
+# lays the columns out so that a step's are neighbours, and `tree_sum` is the warp's halving tree. The kernel loads
+# STEP chunks of weights before it multiplies (phase 1), then adds them into each row's accumulator (phase 2).
+# Read them side by side:
+print(inspect.getsource(gemv.walk_order))
 print(inspect.getsource(gemv.gemv))
 print(inspect.getsource(tree_sum))
 print(inspect.getsource(gemv.gemv_f32_kernel.py_func))
-print(inspect.getsource(gemv.block_tree_sum.py_func))
+print(inspect.getsource(gemv.accumulate_step.py_func))
+print(inspect.getsource(gemv.warp_tree_sum.py_func))
+print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_order(64)[:8].tolist()}[t]")
 
 # %%
 # Run the kernel (simulated) and compare bits
 # -------------------------------------------
 rng = np.random.default_rng(0)
-rows, outputs, columns = 3, 4, 200  # 200 is not a multiple of THREADS: the last step leaves threads idle
+rows, outputs, columns = 3, 4, 200  # 25 chunks: threads 25 to 31 of each warp have nothing to add
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 weight = rng.normal(size=(outputs, columns)).astype(np.float32)
 twin = gemv.gemv_f32(x, weight)
@@ -73,7 +80,7 @@ check(np.allclose(twin, x.astype(np.float64) @ weight.T, rtol=1e-5, atol=1e-4), 
 # %%
 # Rows do not change each other
 # -----------------------------
-# Each output's order of additions depends only on the number of columns and THREADS. A prompt of many rows
+# Each output's order of additions depends only on the number of columns, THREADS and CHUNK. A prompt of many rows
 # and the same rows one by one give the same bits, which is what lets a prompt pass equal one-row steps.
 alone = np.concatenate([gemv.gemv_f32(x[r:r + 1], weight) for r in range(rows)])
 check(alone.tobytes() == twin.tobytes(), "rows computed together == rows computed alone")
@@ -84,7 +91,8 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # 4-bit weights, dequantized in the loop
 # --------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
-# columns. The kernel reads a code, scales it with `fma32(scale, code, bias)` and uses it at once.
+# columns. A chunk is one word: the kernel loads a step's words with their scales and biases, dequantizes each code
+# with `fma32(scale, code, bias)` into registers and uses the weights for every row of the round.
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)

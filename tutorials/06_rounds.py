@@ -18,7 +18,8 @@ You will learn about:
   kept rows;
 * the deferred keep (``KeepPolicy``): what waits in the pending buffer, when it lands (a one-row window, a prompt
   chunk, the threshold, a path that does not fit, a snapshot), why no bit changes, and what it costs in memory;
-* drafted trees: rows at length + depth that see only their ancestors, and ``keep_path``.
+* drafted trees: rows at length + depth that see only their ancestors, run in the same single launches as a chain
+  through index maps, and ``keep_path``, which compacts the kept path's key/value rows.
 
 Run it with ``python tutorials/06_rounds.py``; it runs on the NumPy backend, needs no GPU and no network, and takes
 a few seconds.
@@ -313,19 +314,52 @@ check(not same(bad, one_row_steps(tokens[:24] + [9])[-1:]), "control: a dropped 
 #
 # Row 4 must give the bits of one-row steps over (0, 1, 4): its conv window, its DeltaNet state and its keys are
 # its ancestors', never rows 2 or 3, although those come first in row order.
+#
+# The whole tree still runs in one launch per kernel and layer, as a chain does: the window hands the kernels
+# *index maps* (``tensorfold/cuda/paths.py``, built once a round as ``Window.maps``) that tell each row where its
+# history is. ``path_slots[r]`` lists the slots of row r's ancestors, root first, then its own; ``conv_taps[r]``
+# lists its conv window as rows of [the stream's conv tail (rows 0 .. 2); the window's inputs (3 + slot)]. A chain's
+# maps are the identity, so chains and trees go through the same kernels:
+#
+# * attention: the window's keys are written at length + slot in one append; row r reads logical keys 0 .. length
+#   + depth(r), key j < length in place and key length + d at length + path_slots[r, d]. The 128-key chunks are cut
+#   at logical positions, so a tree row sums in the order of the one-row step it stands for;
+# * the conv: row r's window is history[conv_taps[r]];
+# * the DeltaNet scan: one thread per state column walks the rows in slot order; a row whose parent is not the row
+#   before it first rebuilds its parent's state, replaying the logged (decay, delta, key) rows of its path from the
+#   window's start state, which gives the parent's state bit for bit (a chain never rebuilds).
 tree_tokens = [int(t) for t in rng.integers(0, c.vocab_size, 5)]
 parents = [-1, 0, 0, 1, 1]
 rooted = net.new_state()
 net.forward(tokens[:20], rooted)
 window = Window(rooted, tree_tokens, parents=parents)
 print(f"depths {window.depths}, positions {[int(p) for p in window.positions]}")
+print("row  path_slots (its path)  conv_taps (its conv window)")
+for r, (path, taps) in enumerate(zip(window.maps.path_slots, window.maps.conv_taps)):
+    print(f"{r:>3}  {str(path[:window.depths[r] + 1].tolist()):<21}  {taps.tolist()}")
 tree_logits = net.forward_round([window])[0]
 for r in range(len(parents)):
     path = window.ancestors(r)[::-1] + [r]
     check(same(tree_logits[r:r + 1], one_row_steps(tokens[:20] + [tree_tokens[a] for a in path])[-1:]),
           f"tree row {r} == one-row steps along {path}, bit for bit")
+
+# %%
+# Keeping a path
+# --------------
+# Verification walks from the root to the child whose token the model picked at each row; say it accepted row 1,
+# then row 4. ``keep_path([0, 1, 4])`` replays the path's logged DeltaNet rows (or, under the deferred keep, puts
+# them in the pending buffer), moves the conv tail along the path (its last 3 inputs), and compacts the attention
+# cache: the path's key and value rows move from length + slot to length + depth, in increasing depth. That order
+# is safe in place because slots rise along a path and slot >= depth: each move reads a row no earlier move wrote.
+#
+#   cache row         L    L+1  L+2  L+3  L+4      (L = 20, the stream's length)
+#   after forward     r0   r1   r2   r3   r4       every window row at L + slot
+#   after keep_path   r0   r1   r4 | r3   r4       the path at L + depth; length L + 3, the rest is stale
+layer = next(iter(rooted.keys))
+written = rooted.keys[layer][20:25].copy()
 rooted.keep_path([0, 1, 4])  # the walk accepted row 1, then row 4
 check(rooted.length == 23, "keeping a path commits its rows at length + depth")
+check(same(rooted.keys[layer][20:23], written[[0, 1, 4]]), "the path's keys moved to L + depth: rows 0, 1, 4")
 check(same(net.forward([9], rooted), one_row_steps(tokens[:20] + [tree_tokens[0], tree_tokens[1],
                                                                   tree_tokens[4], 9])[-1:]),
       "after keeping the path, the next step equals one-row steps of the kept tokens")

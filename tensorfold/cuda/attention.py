@@ -1,8 +1,14 @@
 """Causal attention as partials over fixed chunks of keys, then a merge.
 
-For a query row at position p, its keys are positions 0 .. n - 1 (n = p + 1 for a prompt row). The keys are cut
-into chunks at fixed logical positions, [0, CHUNK), [CHUNK, 2 CHUNK), ..., that depend only on n, never on the
-other rows of the round: so a row's sums are the same whether it runs alone or beside a long prompt.
+A query row reads logical keys 0 .. n - 1 of its stream: the stream's committed keys, then the keys of its own path
+in the window (paths.py), n = committed + depth + 1. In the cache, logical key j < committed is row j, and logical
+key committed + d is row committed + path_slots[r, d]: a window's rows are written at committed + slot, so a tree
+row reads its ancestors' keys and its own, never a sibling's. A chain's path is the identity (row r's key at depth
+d sits at slot d), and so is every key when no map is given (committed = the whole cache).
+
+The keys are cut into chunks at fixed logical positions, [0, CHUNK), [CHUNK, 2 CHUNK), ..., that depend only on n,
+never on the other rows of the round or on where the keys sit in the cache: so a row's sums are the same whether it
+runs alone or beside a long prompt, and a tree row's are those of the one-row step it stands for.
 
 Per (row, query head, chunk) the partial computes
 
@@ -20,13 +26,17 @@ Query head h reads KV head `h // (Hq / Hkv)` (grouped-query attention).
 A chunk a row does not reach (its first key is past n) holds m = -inf, l = 0, o = 0, and the merge skips it; so
 the partials of a round can hold as many chunks as its longest row needs.
 
+Keeping a tree path moves its rows from committed + slot to committed + depth (`kv_compact`), so that the stream's
+committed keys sit in order again; a chain's kept rows are already there.
+
 Mapping (the kernels): partial, one block of CHUNK threads per (row, query head, chunk). Thread t owns key slot t:
 its score, then its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`;
-an empty slot holds -inf in the max tree and 0 in the sum tree). Then thread t owns head dims t, t + CHUNK, ...
-and walks the chunk's keys in order for o. Keys past a row's n are never read (the twin multiplies them by p = 0,
-which gives the same bits while the cache holds finite values). Merge: one thread per (row, head, dim), walking
-the chunks in order. The partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the
-contract can plant a moved chunk boundary.
+an empty slot holds -inf in the max tree and 0 in the sum tree). Then thread t owns head dims t, t + CHUNK, ... and
+walks the chunk's keys in order for o. Each thread finds a key's cache row with `cache_row`. Keys past a row's n
+are never read (the twin reads cache row 0 for them and multiplies it by p = 0, which gives the same bits
+while the cache holds finite values). Merge: one thread per (row, head, dim), walking the chunks in order. The
+partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the contract can plant a moved
+chunk boundary. Compact: one thread per (KV head, dim), moving that element of each path row in increasing depth.
 """
 import math
 
@@ -34,35 +44,47 @@ import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
+from . import paths
 from .common import BLOCK, blocks_for, swap_rows, to_host
 from .fmath import exp32, exp32_twin, fma32, tree_sum
+from .launch import kernel
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
 
 
-def attention_partial(q, keys, values, n_keys, scale):
-    """q [rows, Hq, hd]; keys, values [N, Hkv, hd] (rows read keys 0 .. n_keys[r] - 1).
+def cache_rows(logical, committed, path_slots):
+    """[rows, keys]: the cache row of each row's logical keys (committed keys in place, then the row's path)."""
+    in_window = np.clip(logical[None, :] - committed, 0, path_slots.shape[1] - 1)
+    return np.where(logical[None, :] < committed, logical[None, :],
+                    committed + np.take_along_axis(path_slots, in_window, axis=1))
+
+
+def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots=None):
+    """q [rows, Hq, hd]; keys, values [N, Hkv, hd], the cache. Row r reads logical keys 0 .. n_keys[r] - 1: key
+    j < committed is cache row j, key committed + d is cache row committed + path_slots[r, d] (int [rows, deepest +
+    1]); without them every key is read in place.
 
     Returns (m, l [rows, Hq, chunks], o [rows, Hq, chunks, hd]); chunks a row does not reach hold m = -inf, l = 0.
     """
     rows, heads, head_dim = q.shape
-    share = heads // keys.shape[1]
-    keys = np.repeat(keys, share, axis=1)  # [N, Hq, hd]: query head h reads KV head h // share
-    values = np.repeat(values, share, axis=1)
+    kv_head = np.arange(heads) // (heads // keys.shape[1])  # query head h reads KV head h // share
     n_keys = np.asarray(n_keys)
+    if path_slots is None:
+        committed, path_slots = keys.shape[0], np.zeros((rows, 1), np.int32)
     chunks = -(-int(n_keys.max()) // CHUNK)
     m = np.full((rows, heads, chunks), -np.inf, np.float32)
     l = np.zeros((rows, heads, chunks), np.float32)
     o = np.zeros((rows, heads, chunks, head_dim), np.float32)
     for c in range(chunks):
-        slots = np.arange(c * CHUNK, min((c + 1) * CHUNK, keys.shape[0]))
-        live = slots[None, :] < n_keys[:, None]  # [rows, slots]: the keys each row may read
+        logical = np.arange(c * CHUNK, min((c + 1) * CHUNK, int(n_keys.max())))
+        live = logical[None, :] < n_keys[:, None]  # [rows, slots]: the keys each row may read
         if not live.any():
             continue
-        chunk_keys = keys[slots].transpose(1, 0, 2)  # [Hq, slots, hd]
-        scores = np.zeros((rows, heads, len(slots)), np.float32)
+        rows_read = np.where(live, cache_rows(logical, committed, path_slots), 0)  # [rows, slots]
+        chunk_keys = keys[rows_read]  # [rows, slots, Hkv, hd]
+        scores = np.zeros((rows, heads, len(logical)), np.float32)
         for d in range(head_dim):  # each slot's thread walks the head dims in order
-            scores = fma32.py_func(q[:, :, None, d], chunk_keys[None, :, :, d], scores)
+            scores = fma32.py_func(q[:, :, None, d], chunk_keys[:, :, kv_head, d].transpose(0, 2, 1), scores)
         scores = scores * np.float32(scale)
         scores = np.where(live[:, None, :], scores, -np.inf).astype(np.float32)
         chunk_max = scores.max(axis=2)
@@ -70,12 +92,12 @@ def attention_partial(q, keys, values, n_keys, scale):
         safe_max = np.where(reached, chunk_max, 0).astype(np.float32)
         p = np.where(live[:, None, :], exp32_twin(scores - safe_max[:, :, None]), 0).astype(np.float32)
         tree = np.zeros((rows, heads, CHUNK), np.float32)
-        tree[:, :, :len(slots)] = p
+        tree[:, :, :len(logical)] = p
         m[:, :, c] = chunk_max
         l[:, :, c] = tree_sum(tree)
         acc = np.zeros((rows, heads, head_dim), np.float32)
-        for s, slot in enumerate(slots):  # each dim's thread walks the chunk's keys in order
-            acc = fma32.py_func(p[:, :, s, None], values[slot][None], acc)
+        for s in range(len(logical)):  # each dim's thread walks the chunk's keys in order
+            acc = fma32.py_func(p[:, :, s, None], values[rows_read[:, s]][:, kv_head], acc)
         o[:, :, c] = acc
     return m, l, o
 
@@ -93,13 +115,35 @@ def attention_merge(m, l, o):
     return acc / total[:, :, None]
 
 
-# --- the kernels --------------------------------------------------------------------------------------------------
-# Partial: block (c, h, r) = chunk c of query head h of row r, CHUNK threads. Thread t owns key slot c * chunk + t
-# for the score and its tree slot, then head dims t, t + CHUNK, ... for o. The chunk width is an argument (CHUNK
-# in the engine; the shared arrays and the trees are always CHUNK wide, slots past the width stay empty).
+def kv_compact(keys, values, committed, path):
+    """Move a kept path's key and value rows from committed + slot to committed + depth, in place, depth by depth.
 
-@cuda.jit
-def attention_partial_kernel(q, keys, values, n_keys, scale, chunk, m, l, o):
+    In increasing depth the moves never overwrite a row still to be read: slots rise along a path and slot >= depth,
+    so the row written at depth d (committed + d) is no later row's source (their slots are > d), and row d's own
+    source has not been written yet (earlier moves wrote rows < d <= its slot).
+    """
+    for depth, slot in enumerate(path):
+        keys[committed + depth] = keys[committed + slot]
+        values[committed + depth] = values[committed + slot]
+    return keys, values
+
+
+# --- the kernels --------------------------------------------------------------------------------------------------
+# Partial: block (c, h, r) = chunk c of query head h of row r, CHUNK threads. Thread t owns logical key c * chunk + t
+# for the score and its tree slot, then head dims t, t + CHUNK, ... for o; `cache_row` says where each key sits. The chunk width is an
+# argument (CHUNK in the engine; the shared arrays and the trees are always CHUNK wide, slots past the width stay
+# empty).
+
+@cuda.jit(device=True)
+def cache_row(key, r, committed, path_slots):
+    """The cache row of row r's logical key `key`: the committed keys in place, then the row's path."""
+    if key < committed:
+        return key
+    return committed + path_slots[r, key - committed]
+
+
+@kernel
+def attention_partial_kernel(q, keys, values, n_keys, committed, path_slots, scale, chunk, m, l, o):
     c, h, r, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.threadIdx.x
     kv = h // (q.shape[1] // keys.shape[1])  # grouped-query attention: the KV head this query head reads
     start = c * chunk
@@ -109,9 +153,10 @@ def attention_partial_kernel(q, keys, values, n_keys, scale, chunk, m, l, o):
     total = cuda.shared.array(CHUNK, np.float32)  # the sum tree
     score = np.float32(-np.inf)  # an empty slot: -inf to the max
     if t < live:
+        row = cache_row(start + t, r, committed, path_slots)
         acc = np.float32(0)
         for d in range(q.shape[2]):
-            acc = fma32(q[r, h, d], keys[start + t, kv, d], acc)
+            acc = fma32(q[r, h, d], keys[row, kv, d], acc)
         score = acc * np.float32(scale)
     scores[t] = score
     top[t] = score
@@ -142,11 +187,11 @@ def attention_partial_kernel(q, keys, values, n_keys, scale, chunk, m, l, o):
     for d in range(t, q.shape[2], CHUNK):  # now thread t owns head dims t, t + CHUNK, ...
         acc = np.float32(0)
         for k in range(max(live, 0)):  # the chunk's keys in order; keys past n_keys[r] are never read
-            acc = fma32(scores[k], values[start + k, kv, d], acc)
+            acc = fma32(scores[k], values[cache_row(start + k, r, committed, path_slots), kv, d], acc)
         o[r, h, c, d] = acc
 
 
-@cuda.jit
+@kernel
 def attention_merge_kernel(m, l, o, out):
     """Thread i owns dim d of head h of row r, i = (r * heads + h) * head_dim + d, and walks the chunks in order."""
     i = cuda.grid(1)
@@ -166,18 +211,35 @@ def attention_merge_kernel(m, l, o, out):
         out[r, h, d] = acc / total
 
 
-def attention_partial_launch(q, keys, values, n_keys, scale, stream=0, max_keys=None, chunk=CHUNK):
-    """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] (int) on the device; returns (m, l, o).
+@kernel
+def kv_compact_kernel(keys, values, committed, path):
+    """Thread i owns element (h, d) of a KV row, i = h * head_dim + d, and moves it for each depth in turn."""
+    i = cuda.grid(1)
+    head_dim = keys.shape[2]
+    h, d = i // head_dim, i % head_dim
+    if h < keys.shape[1]:
+        for depth in range(path.shape[0]):  # in increasing depth (see kv_compact)
+            keys[committed + depth, h, d] = keys[committed + path[depth], h, d]
+            values[committed + depth, h, d] = values[committed + path[depth], h, d]
+
+
+def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, path_slots=None, stream=0,
+                             max_keys=None, chunk=CHUNK):
+    """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] and path_slots [rows, deepest + 1] (int32) on
+    the device; committed an int. Returns (m, l, o). Without path_slots every key is read in place.
 
     The outputs hold ceil(max_keys / chunk) chunks, max_keys defaulting to N: pass the largest n_keys when the
     cache has room beyond it (chunks no row reaches only cost empty blocks, and the merge ignores them).
     """
     rows, heads, head_dim = q.shape
+    if path_slots is None:  # every key in place: the map is never read
+        committed, path_slots = keys.shape[0], cuda.device_array((rows, 1), np.int32, stream=stream)
     chunks = -(-(keys.shape[0] if max_keys is None else max_keys) // chunk)
     m = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     l = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     o = cuda.device_array((rows, heads, chunks, head_dim), np.float32, stream=stream)
-    attention_partial_kernel[(chunks, heads, rows), CHUNK, stream](q, keys, values, n_keys, scale, chunk, m, l, o)
+    attention_partial_kernel[(chunks, heads, rows), CHUNK, stream](q, keys, values, n_keys, committed, path_slots,
+                                                                   scale, chunk, m, l, o)
     return m, l, o
 
 
@@ -189,38 +251,62 @@ def attention_merge_launch(m, l, o, stream=0):
     return out
 
 
+def kv_compact_launch(keys, values, committed, path, stream=0):
+    """Move the rows of `path` (a host list of window slots, uploaded as int32) to committed + depth in the device
+    buffers keys and values [N, Hkv, hd], in place; returns them."""
+    slots = cuda.to_device(np.asarray(path, np.int32), stream=stream)
+    kv_compact_kernel[blocks_for(keys.shape[1] * keys.shape[2]), BLOCK, stream](keys, values, committed, slots)
+    return keys, values
+
+
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _cases(mode, rng):
-    """(rows, Hq, Hkv, hd, n_keys of the rows): the cache holds a few keys past the longest row (as a grown cache
-    does), so that a kernel reading one key too many reads real data."""
+    """Rows read keys in place (rows, Hq, Hkv, hd, n_keys of the rows), or a window of a chain or a tree (paths.TREES)
+    over a stream's committed keys (rows, Hq, Hkv, hd, (committed, parents)). The cache holds a few keys past the
+    longest row, and a window's path_slots one column past its deepest row (as a grown cache does), so that a
+    kernel reading one key too many reads real data."""
+    trees = paths.TREES
     if mode == "sim":  # every partial block costs the simulator about half a second: a few blocks only
-        shapes = [(2, 1, 1, 8, [130, 3]), (1, 2, 1, 8, [5])]
+        shapes = [(3, 1, 1, 8, (128, [-1, 0, 0])), (1, 2, 1, 8, [5])]
     else:
         mixed = [1, 4096, 127, 128, 129, 300, 1000, 2] + list(rng.integers(1, 4097, 8))
-        shapes = [(16, 8, 2, 256, mixed), (1, 8, 2, 256, [1]), (1, 8, 2, 256, [127]), (1, 8, 2, 256, [128]),
+        shapes = [(16, 8, 2, 256, (8190, trees["16 rows"])),  # rows at depth 2 and deeper past the 8,192 boundary
+                  (16, 8, 2, 256, (8300, trees["16 rows"])), (16, 8, 2, 256, (8180, trees["spine"])),
+                  (16, 16, 4, 256, (125, trees["16 rows"])), (16, 8, 2, 256, (4090, paths.chain(16))),
+                  (128, 8, 2, 256, (872, paths.chain(128))),  # a prompt chunk of 128 rows ending at position 999
+                  (16, 8, 2, 256, mixed), (1, 8, 2, 256, [1]), (1, 8, 2, 256, [127]), (1, 8, 2, 256, [128]),
                   (1, 8, 2, 256, [129]), (1, 8, 2, 256, [300]), (1, 8, 2, 256, [4096]),
-                  (128, 8, 2, 256, list(range(873, 1001))),  # a prompt of 128 rows ending at position 999
                   (128, 8, 2, 256, [1] + list(rng.integers(1, 301, 127))),
                   (16, 16, 4, 256, mixed)]  # Qwen3.5-4B's heads
     cases = []
-    for rows, heads, kv_heads, head_dim, n_keys in shapes:
-        cache = max(n_keys) + 3
-        cases.append((f"{rows}x{heads}/{kv_heads}x{head_dim} n<={max(n_keys)}", {
+    for rows, heads, kv_heads, head_dim, reads in shapes:
+        maps = {"committed": None, "path_slots": None}
+        if isinstance(reads, tuple):
+            committed, parents = reads
+            n_keys = committed + paths.depths(parents) + 1
+            slots = paths.path_slots(parents)
+            maps = {"committed": committed, "path_slots": np.pad(slots, ((0, 0), (0, 1)))}
+        else:
+            n_keys = np.array(reads)
+        cache = int(n_keys.max()) + 3
+        label = f"{rows}x{heads}/{kv_heads}x{head_dim} n<={n_keys.max()}"
+        cases.append((label + (f" window over {maps['committed']}" if maps["committed"] else ""), {
             "q": rng.normal(size=(rows, heads, head_dim)).astype(np.float32),
             "keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
             "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "n_keys": np.array(n_keys, np.int64), "scale": 1.0 / np.sqrt(head_dim), "chunk": CHUNK}))
+            "n_keys": n_keys.astype(np.int64), "scale": 1.0 / np.sqrt(head_dim), "chunk": CHUNK, **maps}))
     return cases
 
 
-def _partial_twin(q, keys, values, n_keys, scale, chunk):
-    return attention_partial(q, keys, values, n_keys, scale)  # the twin's chunk is always CHUNK
+def _partial_twin(q, keys, values, n_keys, scale, chunk, committed, path_slots):
+    return attention_partial(q, keys, values, n_keys, scale, committed, path_slots)  # the twin's chunk is CHUNK
 
 
-def _partial_on_device(q, keys, values, n_keys, scale, chunk):
+def _partial_on_device(q, keys, values, n_keys, scale, chunk, committed, path_slots):
+    slots = None if path_slots is None else cuda.to_device(path_slots.astype(np.int32))
     return attention_partial_launch(cuda.to_device(q), cuda.to_device(keys), cuda.to_device(values),
-                                    cuda.to_device(np.asarray(n_keys, np.int32)), scale,
+                                    cuda.to_device(np.asarray(n_keys, np.int32)), scale, committed, slots,
                                     max_keys=int(np.max(n_keys)), chunk=chunk)
 
 
@@ -234,9 +320,72 @@ def _reversed_chunks(inputs):
     return {name: np.ascontiguousarray(np.flip(a, axis=2)) for name, a in inputs.items()}
 
 
+def _window_parents(inputs):
+    """The parents a window case's path_slots were built from (None for rows that read keys in place)."""
+    if inputs["path_slots"] is None:
+        return None
+    return paths.parents_from(inputs["path_slots"], inputs["n_keys"] - inputs["committed"] - 1)
+
+
+def _sibling_key(inputs):
+    """Planted: a tree row reads its sibling's key in place of its own (None without siblings)."""
+    pair = paths.sibling_pair(_window_parents(inputs) or [])
+    if pair is None:
+        return None
+    r, sibling = pair
+    slots = inputs["path_slots"].copy()
+    slots[r, inputs["n_keys"][r] - inputs["committed"] - 1] = sibling
+    return {**inputs, "path_slots": slots}
+
+
+def _read_in_slot_order(inputs):
+    """Planted: a tree's rows read the window's rows in slot order, as a chain's do (None for a chain)."""
+    parents = _window_parents(inputs)
+    if parents is None or parents == paths.chain(len(parents)):
+        return None
+    chain_slots = np.tile(np.arange(inputs["path_slots"].shape[1], dtype=np.int32), (len(parents), 1))
+    return {**inputs, "path_slots": chain_slots}
+
+
 _CONTROLS = {"a moved chunk boundary": lambda i: {**i, "chunk": 64},
              "n_keys off by one": lambda i: {**i, "n_keys": i["n_keys"] + 1},
-             "two swapped rows": swap_rows("q")}
+             "two swapped rows": swap_rows("q"), "a sibling's key in a row's place": _sibling_key,
+             "a tree read in slot order": _read_in_slot_order}
+
+
+def _compact_cases(mode, rng):
+    """A kept path of a window over a stream's committed keys: the cache rows from committed + slot to + depth."""
+    if mode == "sim":
+        shapes = [(2, 1, 3, [-1, 0, 0, 1, 2], [0, 2, 4]), (5, 2, 4, paths.TREES["5 rows"], [0, 1, 4])]
+    else:
+        tree, spine = paths.TREES["16 rows"], paths.TREES["spine"]
+        shapes = [(8190, 2, 256, tree, [0, 2, 5, 9, 13]), (8300, 2, 256, tree, [0, 1, 4, 8, 12]),
+                  (4000, 4, 256, spine, list(range(14)) + [15]), (100, 2, 256, tree, [0, 1, 3, 6, 10, 14])]
+    cases = []
+    for committed, kv_heads, head_dim, parents, path in shapes:
+        assert all(parents[b] == a for a, b in zip(path, path[1:])), "a path follows parents"
+        cache = committed + len(parents) + 3
+        cases.append((f"path {path} over {committed}" if mode == "sim" else f"a path of {len(path)} over {committed}",
+                      {"keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
+                       "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
+                       "committed": committed, "path": path}))
+    return cases
+
+
+def _compact_twin(keys, values, committed, path):
+    return kv_compact(keys.copy(), values.copy(), committed, path)
+
+
+def _compact_on_device(keys, values, committed, path):
+    return to_host(kv_compact_launch(cuda.to_device(keys), cuda.to_device(values), committed, path))
+
+
+def _path_swapped(inputs):
+    """Planted: the kept path's last two rows in the wrong order."""
+    path = list(inputs["path"])
+    return {**inputs, "path": path[:-2] + [path[-1], path[-2]]}
+
+
 CONTRACT = [
     KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _cases, _CONTROLS),
     KernelCheck("attention_merge", attention_merge,
@@ -244,4 +393,8 @@ CONTRACT = [
                 _merge_cases, {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks}),
     KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
                 lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS),
+    KernelCheck("kv_compact", _compact_twin, _compact_on_device, _compact_cases,
+                {"committed off by one": lambda i: {**i, "committed": i["committed"] + 1},
+                 "a row's depth off by one": lambda i: {**i, "path": [i["path"][0]] + list(i["path"])},
+                 "two path rows swapped": _path_swapped}),
 ]

@@ -1,36 +1,44 @@
 """The causal depthwise convolution of DeltaNet layers, with SiLU: for each row r and channel c,
 
-    out[r, c] = SiLU( sum_j weight[c, j] * inputs[r - K + 1 + j, c] ),  j = 0 .. K - 1
+    out[r, c] = SiLU( sum_j weight[c, j] * history[taps[r, j], c] ),  j = 0 .. K - 1
 
-where the inputs before a window's first row come from the stream's tail (its last K - 1 raw inputs).
+where history = [tail; inputs] is the stream's tail (its last K - 1 raw inputs) followed by the window's inputs,
+and taps[r] lists row r's window in it, oldest first. A chain's row r reads history[r : r + K] (taps[r, j] = r + j);
+a tree's row reads its ancestors' inputs running on into the tail (`paths.conv_taps`), never a sibling's.
+
+The new tail is the window of the last row without its oldest tap: the tail a stream has after keeping the path
+to its last row (for a chain, its last K - 1 inputs).
 
 Mapping (the kernel): one thread per (row, channel); the thread walks j in order with fma32, so the sum is the
-same whatever else the round holds. K - 1 more rows of threads copy the new tail, the last K - 1 rows of
-[tail; inputs], into a new array (the old tail is still being read while they run).
+same whatever else the round holds. K - 1 more rows of threads copy the new tail into a new array (the old tail is
+still being read while they run).
 """
 import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
+from . import paths
 from .common import BLOCK, blocks_for, swap_rows, to_host
 from .fmath import fma32, silu32, silu32_twin
+from .launch import kernel
 
 
-def causal_conv(inputs, tail, weight):
-    """inputs [rows, C] after `tail` [K - 1, C]; weight [C, K]. Returns (out [rows, C], new tail [K - 1, C])."""
+def causal_conv(inputs, tail, weight, taps=None):
+    """inputs [rows, C] after `tail` [K - 1, C]; weight [C, K]; taps [rows, K] int (by default a chain's).
+    Returns (out [rows, C], new tail [K - 1, C])."""
     kernel = weight.shape[1]
-    history = np.concatenate([tail, inputs]).astype(np.float32)  # row r's window is history[r : r + K]
-    rows = inputs.shape[0]
+    taps = paths.conv_taps(paths.chain(len(inputs)), kernel) if taps is None else taps
+    history = np.concatenate([tail, inputs]).astype(np.float32)  # row r's window is history[taps[r]]
     acc = np.zeros_like(inputs, dtype=np.float32)
     for j in range(kernel):
-        acc = fma32.py_func(weight[:, j], history[j:j + rows], acc)
-    return silu32_twin(acc), history[rows:].copy()
+        acc = fma32.py_func(weight[:, j], history[taps[:, j]], acc)
+    return silu32_twin(acc), history[taps[-1, 1:]].copy()
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
-# Thread (r, c) of a grid over [rows + K - 1, C]: rows r < rows compute output r from the window history[r : r + K];
-# the K - 1 rows after them copy history[r] into the new tail. history = [tail; inputs] is never built: row n of it
-# is tail[n] for n < K - 1 and inputs[n - K + 1] after.
+# Thread (r, c) of a grid over [rows + K - 1, C]: rows r < rows compute output r from its window history[taps[r]];
+# the K - 1 rows after them copy the last row's window, less its oldest tap, into the new tail. history =
+# [tail; inputs] is never built: row n of it is tail[n] for n < K - 1 and inputs[n - K + 1] after.
 
 @cuda.jit(device=True)
 def history_at(inputs, tail, n, c):
@@ -40,8 +48,8 @@ def history_at(inputs, tail, n, c):
     return inputs[n - tail.shape[0], c]
 
 
-@cuda.jit
-def causal_conv_kernel(inputs, tail, weight, out, new_tail):
+@kernel
+def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail):
     i = cuda.grid(1)
     channels = inputs.shape[1]
     r, c = i // channels, i % channels
@@ -49,35 +57,44 @@ def causal_conv_kernel(inputs, tail, weight, out, new_tail):
     if r < rows:
         acc = np.float32(0)
         for j in range(kernel):
-            acc = fma32(weight[c, j], history_at(inputs, tail, r + j, c), acc)
+            acc = fma32(weight[c, j], history_at(inputs, tail, taps[r, j], c), acc)
         out[r, c] = silu32(acc)
     elif r < rows + kernel - 1:
-        new_tail[r - rows, c] = history_at(inputs, tail, r, c)
+        new_tail[r - rows, c] = history_at(inputs, tail, taps[rows - 1, r - rows + 1], c)
 
 
-def causal_conv_launch(inputs, tail, weight, stream=0):
-    """inputs [rows, C], tail [K - 1, C], weight [C, K] on the device; returns (out, new tail), new arrays."""
+def causal_conv_launch(inputs, tail, weight, taps=None, stream=0):
+    """inputs [rows, C], tail [K - 1, C], weight [C, K], taps [rows, K] int32 (None: a chain's, uploaded here) on
+    the device; returns (out, new tail), new arrays."""
     rows, channels = inputs.shape
     kernel = weight.shape[1]
+    if taps is None:
+        taps = cuda.to_device(paths.conv_taps(paths.chain(rows), kernel), stream=stream)
     out = cuda.device_array((rows, channels), np.float32, stream=stream)
     new_tail = cuda.device_array((kernel - 1, channels), np.float32, stream=stream)
-    causal_conv_kernel[blocks_for((rows + kernel - 1) * channels), BLOCK, stream](inputs, tail, weight, out, new_tail)
+    causal_conv_kernel[blocks_for((rows + kernel - 1) * channels), BLOCK, stream](inputs, tail, weight, taps, out,
+                                                                                 new_tail)
     return out, new_tail
 
 
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _cases(mode, rng):
-    """(rows, channels): fewer rows than the tail, one row, a window; C = 6144 (0.8B, 2B), 8192 (4B), and odd."""
+    """(rows, channels, parents): fewer rows than the tail, one row, chains and trees (paths.TREES); C = 6144 (0.8B,
+    2B), 8192 (4B), and odd."""
+    trees = paths.TREES
     if mode == "sim":
-        shapes = [(1, 5), (2, 3), (6, 7)]
+        shapes = [(5, 3, trees["5 rows"]), (1, 5, None), (2, 3, None), (6, 7, None)]
     else:
-        shapes = [(1, 6144), (2, 6144), (16, 6144), (128, 6144), (4, 8192), (64, 8192), (17, 1000)]
+        shapes = [(16, 6144, trees["16 rows"]), (16, 6144, trees["spine"]), (16, 8192, trees["16 rows"]),
+                  (1, 6144, None), (2, 6144, None), (16, 6144, None), (128, 6144, None), (4, 8192, None),
+                  (64, 8192, None), (17, 1000, None)]
     kernel = 4
-    return [(f"{rows}x{channels}", {"inputs": rng.normal(size=(rows, channels)).astype(np.float32),
-                                     "tail": rng.normal(size=(kernel - 1, channels)).astype(np.float32),
-                                     "weight": (rng.normal(size=(channels, kernel)) * 0.5).astype(np.float32)})
-            for rows, channels in shapes]
+    return [(f"{rows}x{channels}" + (" tree" if parents else ""), {
+        "inputs": rng.normal(size=(rows, channels)).astype(np.float32),
+        "tail": rng.normal(size=(kernel - 1, channels)).astype(np.float32),
+        "weight": (rng.normal(size=(channels, kernel)) * 0.5).astype(np.float32),
+        "taps": paths.conv_taps(parents or paths.chain(rows), kernel)}) for rows, channels, parents in shapes]
 
 
 def _tail_one_row_behind(inputs):
@@ -91,12 +108,30 @@ def _taps_reversed(inputs):
     return {**inputs, "weight": np.ascontiguousarray(inputs["weight"][:, ::-1])}
 
 
-def _launch(inputs, tail, weight):
-    return to_host(causal_conv_launch(cuda.to_device(inputs), cuda.to_device(tail), cuda.to_device(weight)))
+def _sibling_input(inputs):
+    """Planted: a tree row reads its sibling's input in place of its own (None without siblings)."""
+    taps, history = inputs["taps"].copy(), len(inputs["tail"])
+    pair = paths.sibling_pair([int(n) - history if n >= history else -1 for n in taps[:, -2]])
+    if pair is None:
+        return None
+    r, sibling = pair
+    taps[r, -1] = history + sibling
+    return {**inputs, "taps": taps}
+
+
+def _read_in_slot_order(inputs):
+    """Planted: a tree's rows read their predecessors in slot order, as a chain's do (None for a chain)."""
+    chain_taps = paths.conv_taps(paths.chain(len(inputs["inputs"])), inputs["weight"].shape[1])
+    return None if np.array_equal(chain_taps, inputs["taps"]) else {**inputs, "taps": chain_taps}
+
+
+def _launch(inputs, tail, weight, taps):
+    return to_host(causal_conv_launch(*(cuda.to_device(a) for a in (inputs, tail, weight, taps))))
 
 
 CONTRACT = [
     KernelCheck("causal_conv", causal_conv, _launch, _cases,
                 {"tail one row behind": _tail_one_row_behind, "two swapped rows": swap_rows("inputs"),
-                 "taps reversed": _taps_reversed}),
+                 "taps reversed": _taps_reversed, "a sibling's input in a row's window": _sibling_input,
+                 "a tree read in slot order": _read_in_slot_order}),
 ]

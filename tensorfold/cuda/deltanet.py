@@ -13,21 +13,29 @@ L2-normalised), its value v [dv], decay `a = exp(g)` and write strength `beta`:
 The scan logs each row's (decay, delta, key). Replaying the log with `deltanet_apply` (decay, then write) rebuilds
 the scan's states bit for bit, which is how a stream keeps the rows of a window it accepted.
 
+The rows of a window are a chain or a tree (`paths`): row r starts from the state after its parent, the row before
+it in a chain. A tree row whose parent is not the row before it gets its parent's state rebuilt: the start state
+with the logged rows of its path replayed root first (decay, then write, as `deltanet_apply` does), which are the
+parent's state bit for bit. A chain never rebuilds, so it costs what it did before trees.
+
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
 Mapping (the kernels): one thread per (value head h, column j): it holds column j of S (dk floats, in a local
 array) from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no
-thread ever reads another's column. The scan also writes the log: each row's delta column, and (spread over the
-head's threads) its decay and its key, the shared key head repeated for every value head that reads it. The apply
-gets the path as an int32 array of row indices and replays those rows of the log in order. The gates are
-elementwise: one thread per (row, value head).
+thread ever reads another's column. A column's delta depends on that column alone, so a rebuild reads only deltas
+the same thread logged. The scan also writes the log: each row's delta column, and (spread over the head's
+threads) its decay and its key, the shared key head repeated for every value head that reads it. The apply gets
+the path as an int32 array of row indices and replays those rows of the log in order. The gates are elementwise:
+one thread per (row, value head).
 """
 import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
+from . import paths
 from .common import BLOCK, blocks_for, to_host
 from .fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
+from .launch import kernel
 
 
 def deltanet_gates(b, a, a_log, dt_bias):
@@ -50,12 +58,15 @@ def _decay_and_write(state, decay, key, delta):
     return fma32.py_func(key[:, :, None], delta[:, None, :], state)
 
 
-def deltanet_scan(state, q, k, v, decay, beta):
-    """Run the rows of a chain from `state` [nv, dk, dv].
+def deltanet_scan(state, q, k, v, decay, beta, depths=None, path_slots=None):
+    """Run the rows of a window from `state` [nv, dk, dv]: a chain, or the tree `depths`, `path_slots` describe.
 
-    q, k [rows, nk, dk]; v [rows, nv, dv]; decay, beta [rows, nv]. Returns (out [rows, nv, dv], the state after the
-    last row, log) where log = (decay [rows, nv], delta [rows, nv, dv], key [rows, nv, dk]).
+    q, k [rows, nk, dk]; v [rows, nv, dv]; decay, beta [rows, nv]; depths [rows] and path_slots [rows, deepest + 1]
+    int (by default a chain's). Returns (out [rows, nv, dv], the state after the last row, log) where log =
+    (decay [rows, nv], delta [rows, nv, dv], key [rows, nv, dk]).
     """
+    if depths is None:
+        depths, path_slots = paths.depths(paths.chain(len(q))), paths.path_slots(paths.chain(len(q)))
     nv = state.shape[0]
     share = nv // q.shape[1]  # value heads per key head
     q = np.repeat(np.asarray(q, np.float32), share, axis=1)
@@ -63,8 +74,16 @@ def deltanet_scan(state, q, k, v, decay, beta):
     rows = q.shape[0]
     out = np.empty((rows, nv, state.shape[2]), np.float32)
     deltas = np.empty_like(out)
-    state = np.array(state, np.float32, copy=True)
+    start = np.array(state, np.float32, copy=True)
+    state = start
     for r in range(rows):
+        depth = depths[r]
+        parent = path_slots[r, depth - 1] if depth > 0 else -1
+        if parent != r - 1:  # a tree row that does not follow the row before it: rebuild its parent's state
+            state = start
+            for d in range(depth):  # its path's logged rows, root first
+                ancestor = path_slots[r, d]
+                state = _decay_and_write(state, decay[ancestor], k[ancestor], deltas[ancestor])
         decayed = state * decay[r][:, None, None]
         read = _column_sum(decayed, k[r])
         deltas[r] = (v[r] - read) * beta[r][:, None]
@@ -91,7 +110,7 @@ MAX_DK = 128  # the longest key head a scan or apply thread can hold (Qwen3.5: d
 COLUMNS = 64  # threads per block of the scan and the apply (no reduction, so the bits do not depend on it)
 
 
-@cuda.jit
+@kernel
 def deltanet_gates_kernel(b, a, a_log, dt_bias, decay, beta):
     i = cuda.grid(1)
     heads = b.shape[1]
@@ -110,8 +129,9 @@ def deltanet_gates_launch(b, a, a_log, dt_bias, stream=0):
     return decay, beta
 
 
-@cuda.jit
-def deltanet_scan_kernel(state, q, k, v, decay, beta, out, new_state, log_decay, log_delta, log_key):
+@kernel
+def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
+                         log_key):
     i = cuda.grid(1)
     nv, dk, dv = state.shape[0], state.shape[1], state.shape[2]
     h, j = i // dv, i % dv
@@ -121,6 +141,15 @@ def deltanet_scan_kernel(state, q, k, v, decay, beta, out, new_state, log_decay,
         for n in range(dk):
             col[n] = state[h, n, j]
         for r in range(q.shape[0]):
+            depth = depths[r]
+            parent = path_slots[r, depth - 1] if depth > 0 else -1
+            if parent != r - 1:  # a tree row that does not follow the row before it: rebuild its parent's state
+                for n in range(dk):
+                    col[n] = state[h, n, j]
+                for d in range(depth):  # its path's logged rows, root first: decay, then write
+                    ancestor = path_slots[r, d]
+                    for n in range(dk):
+                        col[n] = fma32(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
             a = decay[r, h]
             read = np.float32(0)
             for n in range(dk):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
@@ -141,26 +170,31 @@ def deltanet_scan_kernel(state, q, k, v, decay, beta, out, new_state, log_decay,
             new_state[h, n, j] = col[n]
 
 
-def deltanet_scan_launch(state, q, k, v, decay, beta, in_place=False, stream=0):
+def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=None, in_place=False, stream=0):
     """Run the rows from `state` [nv, dk, dv] on the device; returns (out, new state, (decay, delta, key)).
 
-    The new state is a new array, or `state` itself when `in_place` (each thread reads its column before it
-    writes it, and no other thread touches that column).
+    depths and path_slots are int32 device arrays (None: a chain's, uploaded here). The new state is a new array,
+    or `state` itself when `in_place` (each thread reads its column, and rereads it for a rebuild, before it writes
+    it at the end, and no other thread touches that column).
     """
     nv, dk, dv = state.shape
     rows = q.shape[0]
     assert dk <= MAX_DK, f"key heads of {dk} > MAX_DK = {MAX_DK}"
     assert nv % q.shape[1] == 0, "value heads must be a multiple of key heads"
+    if depths is None:
+        depths = cuda.to_device(paths.depths(paths.chain(rows)), stream=stream)
+        path_slots = cuda.to_device(paths.path_slots(paths.chain(rows)), stream=stream)
     out = cuda.device_array((rows, nv, dv), np.float32, stream=stream)
     new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
     log = (cuda.device_array((rows, nv), np.float32, stream=stream),
            cuda.device_array((rows, nv, dv), np.float32, stream=stream),
            cuda.device_array((rows, nv, dk), np.float32, stream=stream))
-    deltanet_scan_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, q, k, v, decay, beta, out, new_state, *log)
+    deltanet_scan_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, q, k, v, decay, beta, depths, path_slots,
+                                                                  out, new_state, *log)
     return out, new_state, log
 
 
-@cuda.jit
+@kernel
 def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state):
     i = cuda.grid(1)
     nv, dk, dv = state.shape[0], state.shape[1], state.shape[2]
@@ -192,11 +226,16 @@ def deltanet_apply_launch(state, log, path, in_place=False, stream=0):
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _heads(mode):
-    """(rows, nv, nk, dk, dv): tiny in the simulator; 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv on GPU."""
+    """(rows, nv, nk, dk, dv, parents): tiny in the simulator; 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv
+    on GPU; chains (parents None) and the trees of paths.TREES."""
+    trees = paths.TREES
     if mode == "sim":
-        return [(3, 4, 2, 8, 6), (1, 2, 2, 5, 3), (4, 2, 1, 3, 7)]
-    return [(1, 16, 16, 128, 128), (4, 16, 16, 128, 128), (16, 16, 16, 128, 128), (64, 16, 16, 128, 128),
-            (16, 32, 16, 128, 128), (5, 16, 16, 128, 100), (7, 6, 2, 96, 37)]
+        return [(5, 2, 1, 3, 4, trees["5 rows"]), (3, 4, 2, 8, 6, None), (1, 2, 2, 5, 3, None), (4, 2, 1, 3, 7, None)]
+    return [(16, 16, 16, 128, 128, trees["16 rows"]), (16, 16, 16, 128, 128, trees["spine"]),
+            (16, 32, 16, 128, 128, trees["16 rows"]), (5, 6, 2, 96, 37, trees["5 rows"]),
+            (1, 16, 16, 128, 128, None), (4, 16, 16, 128, 128, None), (16, 16, 16, 128, 128, None),
+            (64, 16, 16, 128, 128, None), (16, 32, 16, 128, 128, None), (5, 16, 16, 128, 100, None),
+            (7, 6, 2, 96, 37, None)]
 
 
 def _gate_inputs(rng, rows, nv):
@@ -213,27 +252,60 @@ def _gate_cases(mode, rng):
 def _scan_cases(mode, rng):
     from .rmsnorm import l2norm
     cases = []
-    for rows, nv, nk, dk, dv in _heads(mode):
+    for rows, nv, nk, dk, dv, parents in _heads(mode):
         decay, beta = deltanet_gates(**_gate_inputs(rng, rows, nv))
-        cases.append((f"{rows} rows, {nv}/{nk} heads, {dk}x{dv}", {
+        parents = parents or paths.chain(rows)
+        cases.append((f"{rows} rows, {nv}/{nk} heads, {dk}x{dv}" + (" tree" if parents[-1] != rows - 2 else ""), {
             "state": (rng.normal(size=(nv, dk, dv)) * 0.1).astype(np.float32),
             "q": l2norm(rng.normal(size=(rows, nk, dk)).astype(np.float32), 1e-6, scale=dk ** -0.5),
             "k": l2norm(rng.normal(size=(rows, nk, dk)).astype(np.float32), 1e-6),
-            "v": rng.normal(size=(rows, nv, dv)).astype(np.float32), "decay": decay, "beta": beta}))
+            "v": rng.normal(size=(rows, nv, dv)).astype(np.float32), "decay": decay, "beta": beta,
+            "depths": paths.depths(parents), "path_slots": paths.path_slots(parents)}))
     return cases
 
 
 def _apply_cases(mode, rng):
-    """A scan's log replayed along every row, and along a path that skips a row (a window's accepted rows)."""
+    """A scan's log replayed along every row, along a path that skips a row (a chain's accepted rows) and along the
+    path to a tree's last row."""
     cases = []
     for label, inputs in _scan_cases(mode, rng):
         _, _, (decay, delta, key) = deltanet_scan(**inputs)
-        rows = len(decay)
-        paths = [list(range(rows))] + ([[r for r in range(rows) if r != rows // 2]] if rows > 2 else [])
+        rows, depths, slots = len(decay), inputs["depths"], inputs["path_slots"]
+        replays = [list(range(rows))] + ([[r for r in range(rows) if r != rows // 2]] if rows > 2 else [])
+        replays += [list(slots[-1, :depths[-1] + 1])] if depths[-1] != rows - 1 else []
         cases.extend((f"{label}, path {path}" if mode == "sim" else f"{label}, path of {len(path)}",
                       {"state": inputs["state"], "decay": decay, "delta": delta, "key": key, "path": path})
-                     for path in paths)
+                     for path in replays)
     return cases
+
+
+def _parent_swapped(inputs):
+    """Planted: a tree row starts from the state of another row at its parent's depth (None if none has one)."""
+    depths, slots = inputs["depths"], inputs["path_slots"].copy()
+    for r in reversed(range(len(depths))):
+        others = [u for u in range(r) if depths[u] == depths[r] - 1 and u != slots[r, depths[r] - 1]]
+        if depths[r] > 0 and others:
+            slots[r, :depths[r]] = slots[others[0], :depths[r]]  # that row's path in place of the parent's
+            return {**inputs, "path_slots": slots}
+    return None
+
+
+def _depth_off_by_one(inputs):
+    """Planted: a row two or more deep starts from its grandparent's state (None if no row is that deep)."""
+    depths = inputs["depths"].copy()
+    deep = [r for r in range(len(depths)) if depths[r] >= 2]
+    if not deep:
+        return None
+    depths[deep[-1]] -= 1
+    return {**inputs, "depths": depths}
+
+
+def _read_in_slot_order(inputs):
+    """Planted: a tree's rows each start from the row before them, as a chain's do (None for a chain)."""
+    chain = paths.chain(len(inputs["q"]))
+    if np.array_equal(inputs["depths"], paths.depths(chain)):
+        return None
+    return {**inputs, "depths": paths.depths(chain), "path_slots": paths.path_slots(chain)}
 
 
 def _rows_swapped(*names):
@@ -272,13 +344,13 @@ def _launch_gates(b, a, a_log, dt_bias):
     return to_host(deltanet_gates_launch(*_dev(b, a, a_log, dt_bias)))
 
 
-def _twin_scan(state, q, k, v, decay, beta):
-    out, new_state, log = deltanet_scan(state, q, k, v, decay, beta)
+def _twin_scan(state, q, k, v, decay, beta, depths, path_slots):
+    out, new_state, log = deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)
     return (out, new_state, *log)  # flat, for the byte comparison
 
 
-def _launch_scan(state, q, k, v, decay, beta):
-    out, new_state, log = deltanet_scan_launch(*_dev(state, q, k, v, decay, beta))
+def _launch_scan(state, q, k, v, decay, beta, depths, path_slots):
+    out, new_state, log = deltanet_scan_launch(*_dev(state, q, k, v, decay, beta, depths, path_slots))
     return to_host((out, new_state, *log))
 
 
@@ -296,7 +368,9 @@ CONTRACT = [
     KernelCheck("deltanet_gates", deltanet_gates, _launch_gates, _gate_cases,
                 {"two swapped rows": _rows_swapped("b", "a")}),
     KernelCheck("deltanet_scan", _twin_scan, _launch_scan, _scan_cases,
-                {"two swapped rows": _rows_swapped(*_SCAN_ROWS), "a dropped row": _row_dropped(*_SCAN_ROWS)}),
+                {"two swapped rows": _rows_swapped(*_SCAN_ROWS), "a dropped row": _row_dropped(*_SCAN_ROWS),
+                 "a parent swapped": _parent_swapped, "a depth off by one": _depth_off_by_one,
+                 "a tree read in slot order": _read_in_slot_order}),
     KernelCheck("deltanet_apply", _twin_apply, _launch_apply, _apply_cases,
                 {"a dropped row": _path_dropped, "two swapped rows": _path_swapped}),
 ]

@@ -15,6 +15,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, to_host
 from .fmath import sigmoid32, sigmoid32_twin, silu32, silu32_twin
+from .launch import kernel
 
 
 def add(a, b):
@@ -35,28 +36,28 @@ def take_last(x, start, stop):
 
 # --- the kernels (arrays flattened to 1-D; take_last works on [vectors, width]) ------------------------------------
 
-@cuda.jit
+@kernel
 def add_kernel(a, b, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = a[i] + b[i]
 
 
-@cuda.jit
+@kernel
 def silu_mul_kernel(gate, up, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = silu32(gate[i]) * up[i]
 
 
-@cuda.jit
+@kernel
 def sigmoid_mul_kernel(x, gate, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = x[i] * sigmoid32(gate[i])
 
 
-@cuda.jit
+@kernel
 def take_last_kernel(x, start, out):
     i = cuda.grid(1)
     if i < out.size:

@@ -21,6 +21,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for
+from .launch import kernel
 
 
 @cuda.jit(device=True)
@@ -117,7 +118,7 @@ def block_dot(a, b, threads):
 # --- the contract: every device function above, over the inputs the model can feed it ------------------------------
 # One thread per input value; the twin is the same functions' py_func on the whole array.
 
-@cuda.jit
+@kernel
 def transcendentals_kernel(x, out):
     i = cuda.grid(1)
     if i < x.size:

@@ -1,18 +1,39 @@
 """GEMV over a round's rows: y[r, o] = sum_k W[o, k] * x[r, k], for float32, bf16 and MLX affine 4/8-bit weights.
 
-Mapping (the kernel): one block of `THREADS` threads per output `o`; the block reads row `o` of the weights once and
-serves every row `r` of the round. Thread `t` walks the columns `k = t, t + THREADS, ...` and keeps one float32
-accumulator per row; the block then adds its `THREADS` partial sums in a fixed shared-memory tree.
+The order of the sums: the columns are cut into chunks of CHUNK = 8 (one uint32 of 4-bit codes), and each output
+has THREADS = 32 threads. Thread t walks the chunks t, t + THREADS, t + 2 * THREADS, ..., each chunk's columns in
+order, adding `fma32(w, x, acc)` into one float32 accumulator per row; then the THREADS partial sums are added in
+the halving tree of `tree_sum`. The order depends only on K, never on how many rows the round has, so a prompt of
+300 rows and 300 one-row steps give the same bits; and it is the same for every weight format, so a bf16 or 4-bit
+weight gives the bits of its float32 values.
 
-Why this shape: each output's reduction order (the column stride, then the tree) depends only on `K` and
-`THREADS`, never on how many rows the round has, so a prompt of 300 rows and 300 one-row steps give the same bits.
+The twin, `gemv`, runs the walk in rounds of THREADS chunks and steps e = 0 .. CHUNK - 1: at step e of round j
+thread t takes column (j * THREADS + t) * CHUNK + e (threads past the last column add nothing). Each step is one
+NumPy pass vectorised over (thread, row, output); `walk_order` lays the columns out so that a step's are neighbours.
 
-Weights are dequantized inside the loop, column by column, and never materialised:
+The kernels: one warp per output `o` (its THREADS = 32 threads), OUTPUTS = 4 outputs to a block, and blockIdx.y
+over groups of up to ROWS = 16 rows, so a decode round reads each weight once. A GEMV is bound by memory
+bandwidth, and the mapping is chosen for it:
+
+* coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
+  128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512;
+* loads in flight: a thread loads the weights of STEP = 4 chunks (16 bytes of 4-bit codes, 64 of bf16) before it
+  multiplies any, so their latencies overlap instead of adding up;
+* no shared memory in the loop: the step's dequantized weights sit in registers and each row's accumulator in the
+  thread's local memory, read and written once per step;
+* the THREADS partial sums of an output are added once, after the walk, within its warp.
+
+Each load is one element (a word of codes, a bf16, a float32): numba cannot prove the 16-byte alignment a vector
+load needs. The tree goes through shared memory with syncthreads: numba's CUDA simulator has no warp shuffles and
+no syncwarp.
+
+Weights are dequantized inside the loop, chunk by chunk, and never materialised:
 
 * bf16: the 16 stored bits are the top half of the float32 (`bits << 16`), exact.
-* affine (MLX): column `k` of output `o` is `scales[o, g] * q + biases[o, g]` with `g = k // group_size` and the
-  code `q` taken from the packed uint32 word `k // (32 // bits)` at bit offset `bits * (k % (32 // bits))`
-  (element 0 in the lowest bits).
+* affine (MLX): column `k` of output `o` is `fma32(scales[o, g], q, biases[o, g])` with `g = k // group_size` and
+  the code `q` taken from the packed uint32 word `k // (32 // bits)` at bit offset `bits * (k % (32 // bits))`
+  (element 0 in the lowest bits). MLX's group sizes (32, 64, 128) are multiples of CHUNK, so a chunk has one
+  scale and one bias.
 """
 import numpy as np
 from numba import cuda
@@ -20,9 +41,11 @@ from numba import cuda
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
 from .fmath import fma32, tree_sum
+from .launch import kernel
 
-THREADS = 128  # threads per block: the column stride and the width of the reduction tree
-TILE_ELEMENTS = 1 << 21  # the twin takes outputs in tiles of about this many accumulators (bounds its memory)
+THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
+CHUNK = 8  # columns a thread takes at a time: one uint32 of 4-bit codes, two of 8-bit, 16 bytes of bf16
+TILE_ELEMENTS = 1 << 21  # the twin takes outputs in tiles of about this many weights or products (its memory)
 
 
 def bf16_to_f32(bits):
@@ -47,28 +70,39 @@ def affine_rows(packed, scales, biases, bits, group_size, outs):
                          np.repeat(biases[outs], group_size, axis=1))
 
 
+def walk_order(in_features):
+    """The columns in the order of the walk: round by round (THREADS chunks), step e of the round (column e of
+    every chunk), thread by thread (thread t takes the round's chunk t)."""
+    rounds = -(-in_features // (THREADS * CHUNK))
+    columns = np.arange(rounds * THREADS * CHUNK).reshape(rounds, THREADS, CHUNK).transpose(0, 2, 1).ravel()
+    return columns[columns < in_features]
+
+
 def gemv(x, weight_rows, out_features):
     """The twin: y[r, o] for every row of `x` [rows, K], reading weight rows through `weight_rows(outs)`.
 
-    The twin takes a tile of outputs at a time (for memory) and runs the threads' strided walk as a loop over steps,
-    each step vectorised over (row, output, thread); float64 buffers make each step's `fma32` one NumPy pass.
+    The twin takes a tile of outputs at a time (for memory), lays the columns out in walk order, forms a round's
+    products at once (exact in float64) and runs the round's steps, each one NumPy pass over (thread, row, output)
+    that adds in float64 and rounds once to float32: `fma32`.
     """
-    x64 = np.asarray(x, np.float64)
-    rows, in_features = x64.shape
+    rows, in_features = np.shape(x)
+    order = walk_order(in_features)
+    x64 = np.asarray(x, np.float64).T[order]  # [K, rows]: the columns in walk order
     y = np.empty((rows, out_features), np.float32)
-    tile = max(1, TILE_ELEMENTS // (rows * THREADS))
+    tile = max(1, TILE_ELEMENTS // max(rows * THREADS * CHUNK, in_features))
     for first in range(0, out_features, tile):
         outs = np.arange(first, min(first + tile, out_features))
-        w64 = np.asarray(weight_rows(outs), np.float64)  # this tile's weights, dequantized once for every row
-        partial = np.zeros((rows, len(outs), THREADS), np.float32)  # one accumulator per (row, output, thread)
-        step = np.empty((rows, len(outs), THREADS), np.float64)
-        for start in range(0, in_features, THREADS):  # step j of every thread's walk: column start + t
-            live = min(THREADS, in_features - start)  # threads past the last column have nothing more to add
-            exact = step[:, :, :live]
-            np.multiply(w64[None, :, start:start + live], x64[:, None, start:start + live], out=exact)
-            np.add(exact, partial[:, :, :live], out=exact)
-            partial[:, :, :live] = exact  # fma32: the float64 sum rounded once to float32
-        y[:, outs] = tree_sum(partial)
+        w64 = np.asarray(weight_rows(outs), np.float64).T[order]  # [K, outputs]: the tile's weights, dequantized once
+        partial = np.zeros((THREADS, rows, len(outs)), np.float32)  # one accumulator per (thread, row, output)
+        for start in range(0, in_features, THREADS * CHUNK):  # a round: thread t takes chunk start / CHUNK + t
+            stop = min(start + THREADS * CHUNK, in_features)
+            products = x64[start:stop, :, None] * w64[start:stop, None, :]  # [columns, rows, outputs]
+            begin = 0
+            for e in range(CHUNK):  # step e: thread t takes column e of its chunk (threads past the end: nothing)
+                live = -(-(stop - start - e) // CHUNK)
+                np.add(products[begin:begin + live], partial[:live], out=partial[:live], casting="same_kind")
+                begin += live
+        y[:, outs] = tree_sum(np.moveaxis(partial, 0, -1))
     return y
 
 
@@ -88,16 +122,40 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
-# Block (o, g) computes output o for the rows [g * ROWS, (g + 1) * ROWS) of the round; thread t walks the columns
-# t, t + THREADS, ... and keeps one accumulator per row in shared memory, so each weight is read once per block.
-# The three kernels differ only in the line that reads a weight.
+# Warp w of block (b, g) computes output o = b * OUTPUTS + w for the rows [g * ROWS, (g + 1) * ROWS) of the round
+# (the kernels count the warps of a block from blockDim, so a launch with other blocks still covers every output).
+# Thread t of the warp walks the chunks t, t + THREADS, ... STEP chunks at a time, in two phases per step: load the
+# step's weights into registers (dequantizing them), then add them into every row's accumulator. At the end the warp
+# adds its THREADS partial sums. The three kernels differ only in the first phase.
 
+OUTPUTS = 4  # outputs (warps) per block: the narrowest layer (2,048 outputs) still spreads over every SM, 512 blocks
 ROWS = 16  # rows per block: a decode round (up to 16 rows) reads the weights exactly once
+STEP = 4  # chunks a thread loads before it multiplies: c, c + THREADS, c + 2 * THREADS, c + 3 * THREADS
+STEP_COLUMNS = STEP * CHUNK  # the step's weights a thread holds (a constant: numba sizes local arrays at compile time)
 
 
 @cuda.jit(device=True)
-def block_tree_sum(partial, rows, t):
-    """Add each row's THREADS partial sums in the fixed halving tree; the sums end in partial[r, 0]."""
+def accumulate_step(x, weights, c, first, rows, acc):
+    """Add the step's weights (chunks c, c + THREADS, ..., columns in order) into each row's accumulator."""
+    for r in range(rows):
+        total = acc[r]
+        for i in range(STEP):
+            for e in range(CHUNK):
+                k = (c + i * THREADS) * CHUNK + e
+                if k < x.shape[1]:  # a chunk past the last column was loaded (clamped) but adds nothing
+                    total = fma32(weights[i * CHUNK + e], x[first + r, k], total)
+        acc[r] = total
+
+
+@cuda.jit(device=True)
+def warp_tree_sum(partial, acc, rows, t):
+    """Add each row's THREADS partial sums in the fixed halving tree of `tree_sum`; the sums end in partial[r, 0].
+
+    Shared memory, not warp shuffles: numba's simulator has neither shuffles nor syncwarp, and syncthreads keeps
+    the tree the same there and on the GPU. It runs once per output; every thread of the block must reach it.
+    """
+    for r in range(rows):
+        partial[r, t] = acc[r]
     width = THREADS // 2
     while width > 0:
         cuda.syncthreads()
@@ -109,6 +167,14 @@ def block_tree_sum(partial, rows, t):
 
 
 @cuda.jit(device=True)
+def store_rows(y, partial, rows, first, o, t):
+    """Thread 0 of the warp writes the output's sums."""
+    if t == 0 and o < y.shape[1]:
+        for r in range(rows):
+            y[first + r, o] = partial[r, 0]
+
+
+@cuda.jit(device=True)
 def bf16_bits_to_f32(bits):
     """The float32 whose top half is `bits`: exact, and the same in the simulator (no bf16 type needed)."""
     word = cuda.local.array(1, np.uint32)
@@ -116,66 +182,84 @@ def bf16_bits_to_f32(bits):
     return word.view(np.float32)[0]
 
 
-@cuda.jit
+@kernel
 def gemv_f32_kernel(x, weight, y):
-    o, first, t = cuda.blockIdx.x, cuda.blockIdx.y * ROWS, cuda.threadIdx.x
-    rows = min(ROWS, x.shape[0] - first)
-    partial = cuda.shared.array((ROWS, THREADS), np.float32)
+    warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * ROWS
+    o = cuda.blockIdx.x * (cuda.blockDim.x // THREADS) + warp
+    rows, last = min(ROWS, x.shape[0] - first), x.shape[1] - 1
+    acc = cuda.local.array(ROWS, np.float32)
+    weights = cuda.local.array(STEP_COLUMNS, np.float32)
     for r in range(rows):
-        partial[r, t] = 0
-    for k in range(t, x.shape[1], THREADS):
-        w = weight[o, k]
-        for r in range(rows):
-            partial[r, t] = fma32(w, x[first + r, k], partial[r, t])
-    block_tree_sum(partial, rows, t)
-    if t == 0:
-        for r in range(rows):
-            y[first + r, o] = partial[r, 0]
+        acc[r] = 0
+    if o < y.shape[1]:  # a warp past the last output only joins the tree
+        for c in range(t, -(-x.shape[1] // CHUNK), STEP * THREADS):
+            for i in range(STEP):  # phase 1: load the step's weights (a column past the end reloads the last)
+                for e in range(CHUNK):
+                    weights[i * CHUNK + e] = weight[o, min((c + i * THREADS) * CHUNK + e, last)]
+            accumulate_step(x, weights, c, first, rows, acc)  # phase 2
+    partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
+    warp_tree_sum(partial[warp], acc, rows, t)
+    store_rows(y, partial[warp], rows, first, o, t)
 
 
-@cuda.jit
+@kernel
 def gemv_bf16_kernel(x, weight_bits, y):
-    o, first, t = cuda.blockIdx.x, cuda.blockIdx.y * ROWS, cuda.threadIdx.x
-    rows = min(ROWS, x.shape[0] - first)
-    partial = cuda.shared.array((ROWS, THREADS), np.float32)
+    warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * ROWS
+    o = cuda.blockIdx.x * (cuda.blockDim.x // THREADS) + warp
+    rows, last = min(ROWS, x.shape[0] - first), x.shape[1] - 1
+    acc = cuda.local.array(ROWS, np.float32)
+    weights = cuda.local.array(STEP_COLUMNS, np.float32)
     for r in range(rows):
-        partial[r, t] = 0
-    for k in range(t, x.shape[1], THREADS):
-        w = bf16_bits_to_f32(weight_bits[o, k])
-        for r in range(rows):
-            partial[r, t] = fma32(w, x[first + r, k], partial[r, t])
-    block_tree_sum(partial, rows, t)
-    if t == 0:
-        for r in range(rows):
-            y[first + r, o] = partial[r, 0]
+        acc[r] = 0
+    if o < y.shape[1]:  # a warp past the last output only joins the tree
+        for c in range(t, -(-x.shape[1] // CHUNK), STEP * THREADS):
+            for i in range(STEP):  # phase 1: load the step's weights (a column past the end reloads the last)
+                for e in range(CHUNK):
+                    weights[i * CHUNK + e] = bf16_bits_to_f32(weight_bits[o, min((c + i * THREADS) * CHUNK + e, last)])
+            accumulate_step(x, weights, c, first, rows, acc)  # phase 2
+    partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
+    warp_tree_sum(partial[warp], acc, rows, t)
+    store_rows(y, partial[warp], rows, first, o, t)
 
 
-@cuda.jit
+@kernel
 def gemv_affine_kernel(x, packed, scales, biases, bits, group_size, y):
-    o, first, t = cuda.blockIdx.x, cuda.blockIdx.y * ROWS, cuda.threadIdx.x
-    rows = min(ROWS, x.shape[0] - first)
-    per_word = 32 // bits
-    mask = np.uint32((1 << bits) - 1)
-    partial = cuda.shared.array((ROWS, THREADS), np.float32)
+    warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * ROWS
+    o = cuda.blockIdx.x * (cuda.blockDim.x // THREADS) + warp
+    rows, chunks = min(ROWS, x.shape[0] - first), -(-x.shape[1] // CHUNK)
+    words = CHUNK * bits // 32  # words per chunk: 1 for 4-bit codes, 2 for 8-bit
+    acc = cuda.local.array(ROWS, np.float32)
+    weights = cuda.local.array(STEP_COLUMNS, np.float32)
+    codes = cuda.local.array(STEP, np.uint64)
+    scale = cuda.local.array(STEP, np.float32)
+    bias = cuda.local.array(STEP, np.float32)
     for r in range(rows):
-        partial[r, t] = 0
-    for k in range(t, x.shape[1], THREADS):
-        code = (packed[o, k // per_word] >> np.uint32(bits * (k % per_word))) & mask
-        g = k // group_size
-        w = fma32(scales[o, g], np.float32(code), biases[o, g])
-        for r in range(rows):
-            partial[r, t] = fma32(w, x[first + r, k], partial[r, t])
-    block_tree_sum(partial, rows, t)
-    if t == 0:
-        for r in range(rows):
-            y[first + r, o] = partial[r, 0]
+        acc[r] = 0
+    if o < y.shape[1]:  # a warp past the last output only joins the tree
+        for c in range(t, chunks, STEP * THREADS):
+            for i in range(STEP):  # phase 1a: load codes, scale and bias per chunk (one past the end reloads the last)
+                chunk = min(c + i * THREADS, chunks - 1)
+                low, high = packed[o, chunk * words], packed[o, chunk * words + words - 1]  # 4-bit: the same word
+                codes[i] = np.uint64(low) | (np.uint64(high) << np.uint64(32))
+                g = chunk * CHUNK // group_size
+                scale[i], bias[i] = scales[o, g], biases[o, g]
+            for i in range(STEP):  # phase 1b: dequantize them (a code is a small integer: exact as float64)
+                for e in range(CHUNK):
+                    code = (codes[i] >> np.uint64(bits * e)) & np.uint64((1 << bits) - 1)
+                    weights[i * CHUNK + e] = fma32(scale[i], np.float64(code), bias[i])
+            accumulate_step(x, weights, c, first, rows, acc)  # phase 2
+    partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
+    warp_tree_sum(partial[warp], acc, rows, t)
+    store_rows(y, partial[warp], rows, first, o, t)
 
 
 def launch_gemv(kernel, x, out_features, *weight_args, stream=0):
-    """Launch one of the GEMV kernels: a grid of (outputs, row groups), THREADS threads each; returns y."""
+    """Launch one of the GEMV kernels: a grid of (output groups, row groups), OUTPUTS warps each; returns y."""
+    if kernel is gemv_affine_kernel:
+        assert weight_args[-1] % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
     y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
-    grid = (out_features, -(-x.shape[0] // ROWS))
-    kernel[grid, THREADS, stream](x, *weight_args, y)
+    grid = (-(-out_features // OUTPUTS), -(-x.shape[0] // ROWS))
+    kernel[grid, OUTPUTS * THREADS, stream](x, *weight_args, y)
     return y
 
 
@@ -183,7 +267,7 @@ def launch_gemv(kernel, x, out_features, *weight_args, stream=0):
 # Twins: `weight[ids]`, `bf16_to_f32(bits[ids])`, `affine_rows(..., ids)`. Kernel mapping: one thread per
 # (row, column) of the output.
 
-@cuda.jit
+@kernel
 def embed_f32_kernel(ids, weight, out):
     i = cuda.grid(1)
     if i < out.size:
@@ -191,7 +275,7 @@ def embed_f32_kernel(ids, weight, out):
         out[r, k] = weight[ids[r], k]
 
 
-@cuda.jit
+@kernel
 def embed_bf16_kernel(ids, weight_bits, out):
     i = cuda.grid(1)
     if i < out.size:
@@ -199,7 +283,7 @@ def embed_bf16_kernel(ids, weight_bits, out):
         out[r, k] = bf16_bits_to_f32(weight_bits[ids[r], k])
 
 
-@cuda.jit
+@kernel
 def embed_affine_kernel(ids, packed, scales, biases, bits, group_size, out):
     i = cuda.grid(1)
     if i < out.size:
@@ -220,12 +304,15 @@ def launch_embed(kernel, ids, in_features, *weight_args, stream=0):
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _cases(mode, rng):
-    """(rows, outputs, columns): tiny under the simulator; the projections of Qwen3.5-0.8B/2B and odd sizes on GPU."""
+    """(rows, outputs, columns): tiny under the simulator (a last chunk cut short, walks of several steps); on GPU
+    the projections of Qwen3.5-0.8B and 2B at 1 and 16 rows, a prompt chunk of 128 rows, odd sizes, and the 2B's head
+    last (the controls stop at the first case that catches them)."""
     if mode == "sim":
-        shapes = [(1, 3, 200), (3, 2, 128), (17, 2, 130)]
+        shapes = [(1, 3, 200), (3, 2, 128), (17, 2, 130), (2, 5, 1280)]
     else:
-        shapes = [(1, 6144, 1024), (16, 3584, 1024), (128, 1024, 3584), (1, 2048, 6144), (16, 6144, 2048),
-                  (3, 1000, 1088), (17, 248, 2048)]
+        shapes = [(1, 6144, 1024), (16, 3584, 1024), (128, 1024, 3584), (1, 6144, 2048), (16, 6144, 2048),
+                  (1, 2048, 6144), (16, 2048, 6144), (3, 1000, 1088), (17, 248, 2048), (2, 333, 1030),
+                  (1, 248320, 2048)]
     return [(f"{rows}x{outs}x{cols}", {"x": rng.normal(size=(rows, cols)).astype(np.float32),
                                          "weight": rng.normal(size=(outs, cols)).astype(np.float32)})
             for rows, outs, cols in shapes]
@@ -267,14 +354,29 @@ def _wrong_group(inputs):
     return {**inputs, "scales": np.roll(inputs["scales"], 1, axis=1)}
 
 
+def _chunks_swapped(weight):
+    """Planted: chunks 0 and 1 swapped, in x and in the weight `weight` alike, as a walk that took the chunks in
+    another order would read them: the exact sum stays, only the order of the additions moves."""
+    def plant(inputs):
+        x = inputs["x"]
+        if x.shape[1] < 2 * CHUNK:
+            return None
+        stored = inputs[weight].shape[1] * CHUNK // x.shape[1]  # a chunk's entries: columns, or words of codes
+        swap = lambda a, n: a[:, np.r_[n:2 * n, 0:n, 2 * n:a.shape[1]]]  # noqa: E731
+        return {**inputs, "x": swap(x, CHUNK), weight: swap(inputs[weight], stored)}
+    return plant
+
+
 _ROW_CONTROLS = {"two swapped rows": swap_rows("x"), "a dropped row": drop_row("x")}
+_AFFINE_CONTROLS = {**_ROW_CONTROLS, "a wrong group index": _wrong_group,
+                    "chunks 0 and 1 swapped": _chunks_swapped("packed")}
 CONTRACT = [
-    KernelCheck("gemv_f32", gemv_f32, _launch_f32, _cases, _ROW_CONTROLS),
-    KernelCheck("gemv_bf16", gemv_bf16, _launch_bf16, _bf16_cases, _ROW_CONTROLS),
-    KernelCheck("gemv_affine4", gemv_affine, _launch_affine, _quantized_cases(4),
-                {**_ROW_CONTROLS, "a wrong group index": _wrong_group}),
-    KernelCheck("gemv_affine8", gemv_affine, _launch_affine, _quantized_cases(8),
-                {**_ROW_CONTROLS, "a wrong group index": _wrong_group}),
+    KernelCheck("gemv_f32", gemv_f32, _launch_f32, _cases,
+                {**_ROW_CONTROLS, "chunks 0 and 1 swapped": _chunks_swapped("weight")}),
+    KernelCheck("gemv_bf16", gemv_bf16, _launch_bf16, _bf16_cases,
+                {**_ROW_CONTROLS, "chunks 0 and 1 swapped": _chunks_swapped("weight_bits")}),
+    KernelCheck("gemv_affine4", gemv_affine, _launch_affine, _quantized_cases(4), _AFFINE_CONTROLS),
+    KernelCheck("gemv_affine8", gemv_affine, _launch_affine, _quantized_cases(8), _AFFINE_CONTROLS),
 ]
 
 

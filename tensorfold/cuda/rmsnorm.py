@@ -14,6 +14,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from .common import swap_rows, to_host
 from .fmath import block_dot, fma32, silu32, silu32_twin, sqrt32
+from .launch import kernel
 
 THREADS = 128
 
@@ -68,7 +69,7 @@ def block_inverse_rms(x, n, t, eps, mean):
     return np.float32(1.0) / sqrt32(squares + np.float32(eps))  # == np.sqrt in float32
 
 
-@cuda.jit
+@kernel
 def rmsnorm_kernel(x, multiplier, eps, y):
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
     inv = block_inverse_rms(x, n, t, eps, True)
@@ -76,7 +77,7 @@ def rmsnorm_kernel(x, multiplier, eps, y):
         y[n, k] = x[n, k] * inv * multiplier[k]
 
 
-@cuda.jit
+@kernel
 def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
     inv = block_inverse_rms(x, n, t, eps, True)
@@ -84,7 +85,7 @@ def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
         y[n, k] = x[n, k] * inv * multiplier[k] * silu32(z[n, k])
 
 
-@cuda.jit
+@kernel
 def l2norm_kernel(x, eps, scale, y):
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
     inv = block_inverse_rms(x, n, t, eps, False)

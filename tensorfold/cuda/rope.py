@@ -33,6 +33,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, swap_rows, to_host
+from .launch import kernel
 
 
 def inverse_frequencies(rotary_dim, theta):
@@ -73,7 +74,7 @@ def rope(x, positions, rotary_dim, theta):
 # --- the kernels --------------------------------------------------------------------------------------------------
 # Thread i owns pair j of head h of row r, with i = (r * heads + h) * (R / 2) + j.
 
-@cuda.jit
+@kernel
 def rope_kernel(x, positions, inv_freq, y):
     i = cuda.grid(1)
     half = inv_freq.size

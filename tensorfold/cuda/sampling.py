@@ -44,6 +44,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from .common import swap_rows, to_host
 from .fmath import exp32, exp32_twin
+from .launch import kernel
 
 THREADS = 256  # threads per block (one block per row)
 GROUP = 16  # partials each first-level fold thread combines
@@ -323,7 +324,7 @@ def block_argmax(logits, r, t, values, ids, group_values, group_ids):
     return best
 
 
-@cuda.jit
+@kernel
 def argmax_kernel(logits, out):
     r, t = cuda.blockIdx.x, cuda.threadIdx.x
     values = cuda.shared.array(THREADS, np.float32)
@@ -385,7 +386,7 @@ def block_search(values, spare, r, t, goal, mass, acc, parts, groups, totals):
     return prefix
 
 
-@cuda.jit
+@kernel
 def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, work, spare, out):
     r, t = cuda.blockIdx.x, cuda.threadIdx.x
     vocab = logits.shape[1]

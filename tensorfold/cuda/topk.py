@@ -32,6 +32,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from .common import drop_row, swap_rows, to_host
 from .fmath import exp32, exp32_twin, tree_sum
+from .launch import kernel
 from .sampling import better
 
 THREADS = 128  # threads per block (one block per row): the walk's stride and the width of both trees
@@ -103,7 +104,7 @@ def merge_best(list_values, list_ids, a, b, k, merged_values, merged_ids):
         list_values[a, n], list_ids[a, n] = merged_values[n], merged_ids[n]
 
 
-@cuda.jit
+@kernel
 def topk_kernel(logits, k, ids, logprobs):
     r, t = cuda.blockIdx.x, cuda.threadIdx.x
     vocab = logits.shape[1]

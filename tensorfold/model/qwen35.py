@@ -3,23 +3,27 @@
 Every layer is pre-norm residual: `h += mixer(norm(h))`, `h += mlp(norm(h))`, where the mixer is a Gated DeltaNet
 layer or a gated full-attention layer (config.layer_types).
 
-A round runs the windows of several streams at once. A window is a chain of rows that continues one stream: a
-prompt chunk, one decode row, or a drafted chain. Row-wise work (projections, norms, the MLP, the head) runs
-once over every row of the round; the work that reads a stream's history (the conv, the DeltaNet scan, RoPE
-positions, attention) runs window by window against that stream's cache. Every op's arithmetic for one row is
-independent of the rows beside it, so a row computes the same bits in a prompt pass, in a one-row step, or beside
-another stream's window.
+A round runs the windows of several streams at once. A window continues one stream: a prompt chunk, one decode
+row, a drafted chain, or a drafted tree. Row-wise work (projections, norms, the MLP, the head) runs once over every
+row of the round; the work that reads a stream's history (the conv, the DeltaNet scan, RoPE positions, attention)
+runs window by window against that stream's cache, one launch per window for each, chain or tree alike: the
+window's index maps (tensorfold/cuda/paths.py) tell each row which rows are its ancestors. Every op's arithmetic for
+one row is independent of the rows beside it, so a row computes the same bits in a prompt pass, in a one-row step,
+beside another stream's window, or beside its siblings in a tree.
 
 A forward leaves each stream's cache as it was and records what the window would add; `StreamState.keep(n)` then
-commits the first n rows (all of them for a prompt chunk or a decode row, the accepted prefix of a drafted chain):
-the DeltaNet state replays the scan's log for those rows, the conv tail moves along them, the key/value rows past
-them are left to be overwritten.
+commits the first n rows (all of them for a prompt chunk or a decode row, the accepted prefix of a drafted chain),
+and `keep_path` the path a tree's walk accepted: the DeltaNet state replays the scan's log for those rows, the conv
+tail moves along them, a tree's kept key/value rows move down to length + depth, and the rows past them are left to
+be overwritten.
 """
 import dataclasses
+import functools
 import math
 
 import numpy as np
 
+from ..cuda import paths  # defines: chain, depths, path_slots, conv_taps (host NumPy, no numba)
 from .config import ModelConfig
 
 L2NORM_EPS = 1e-6  # DeltaNet's query/key L2 norm uses a fixed eps, not rms_norm_eps
@@ -29,12 +33,11 @@ L2NORM_EPS = 1e-6  # DeltaNet's query/key L2 norm uses a fixed eps, not rms_norm
 class DeltaNetRecord:
     """What one window did to one DeltaNet layer, kept until the stream keeps some of its rows."""
     before: object  # the state the scan started from
-    after: object  # the state after every row of the window
-    log: tuple  # (decay, delta, key) per row: replaying rows 0..n-1 gives the state after row n-1
+    after: object  # the state after the window's last row (along its path, in a tree)
+    log: tuple  # (decay, delta, key) per row: replaying a path's rows in order gives the state after its last row
     inputs: object  # the raw conv inputs of the window's rows
     tail: object  # the conv tail the window started from
-    new_tail: object  # the conv tail after every row (chains)
-    states: list | None = None  # trees: the state after each row, each row having started from its parent's
+    new_tail: object  # the conv tail after the window's last row (along its path, in a tree)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +73,6 @@ class StreamState:
         self.pending_rows = 0  # kept DeltaNet rows not yet applied to `recurrent` (the same count in every layer)
         self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
-        self.tree_kv = {}  # attention layer -> (keys, values) of the last tree window's rows
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
                 self.recurrent[i] = ops.zeros((c.linear_num_value_heads, c.linear_key_head_dim,
@@ -113,49 +115,63 @@ class StreamState:
                 self.pending = {}
         self.length += n
         self.window_rows = 0
-        self.records, self.tree_kv = {}, {}
+        self.records = {}
         if self.pending_rows >= self.policy.threshold:
             self.land()
-
-    def keep_path(self, path: list) -> None:
-        """Commit a tree window's rows along `path` (the root, then each kept row a child of the one before)."""
-        n = len(path)
-        assert self.window_rows and all(r < self.window_rows for r in path), "keep a path of the last tree window"
-        p, ops = self.policy, self.ops
-        defer = p.late and self.window_rows > 1 and self.pending_rows + n <= p.capacity
-        for i, record in self.records.items():
-            if n == 0:
-                continue
-            if defer:
-                self._pend(i, tuple(ops.concat_rows([part[r:r + 1] for r in path]) for part in record.log))
-            else:
-                self.recurrent[i] = record.states[path[-1]]  # the same updates, in path order, as a replay
-            self.conv_tail[i] = ops.concat_rows([record.tail] + [record.inputs[r:r + 1] for r in path])[n:]
-        for i, (k, v) in self.tree_kv.items():  # compact: the path's rows to length + depth
-            for depth, r in enumerate(path):
-                self.keys[i] = ops.append_rows(self.keys[i], self.length + depth, k[r:r + 1], self.max_rows)
-                self.values[i] = ops.append_rows(self.values[i], self.length + depth, v[r:r + 1], self.max_rows)
-        self._committed(n, defer)
 
     def keep(self, n: int, write_back: bool = False) -> None:
         """Commit the first n rows of the last (chain) window (0 <= n <= its rows). Their DeltaNet rows go to the
         pending buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do
         not fit; then the state is written at once."""
         assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
-        p = self.policy
-        defer = p.late and not write_back and self.window_rows > 1 and self.pending_rows + n <= p.capacity
+        self._keep(list(range(n)), write_back)
+
+    def keep_path(self, path: list) -> None:
+        """Commit a tree window's rows along `path` (the root, then each kept row a child of the one before)."""
+        assert self.window_rows and all(0 <= r < self.window_rows for r in path), "keep a path of the last window"
+        self._keep(list(path), write_back=False)
+
+    def _keep(self, path: list, write_back: bool) -> None:
+        """Commit the last window's rows along `path`: the DeltaNet rows (pending, or into the state), the conv tail
+        moved along the path, and a tree path's key/value rows moved from length + slot to length + depth."""
+        n, rows = len(path), self.window_rows
+        p, ops = self.policy, self.ops
+        defer = p.late and not write_back and rows > 1 and self.pending_rows + n <= p.capacity
+        to_last_row = n > 0 and path[-1] == rows - 1  # the scan's final state and the conv's new tail are this path's
         for i, record in self.records.items():
             if n == 0:
                 continue
             if defer:
-                self._pend(i, tuple(part[:n] for part in record.log))
-            elif n == self.window_rows:
+                self._pend(i, tuple(self._rows(part, path) for part in record.log))
+            elif to_last_row:
                 self.recurrent[i] = record.after  # record.before already had the pending rows replayed
             else:
-                self.recurrent[i] = self.ops.deltanet_apply(record.before, record.log, range(n))
-            self.conv_tail[i] = record.new_tail if n == self.window_rows else self.ops.concat_rows(
-                [record.tail, record.inputs[:n]])[n:]
+                self.recurrent[i] = ops.deltanet_apply(record.before, record.log, path)
+            self.conv_tail[i] = record.new_tail if to_last_row else self._tail_after(record, path)
+        if path != list(range(n)):  # a tree's path: its rows were written at length + slot
+            for i in self.keys:
+                self.keys[i], self.values[i] = ops.kv_compact(self.keys[i], self.values[i], self.length, path)
         self._committed(n, defer)
+
+    def _rows(self, part, path):
+        """The rows `path` of a log part, in order (a chain's prefix as a slice)."""
+        return part[:len(path)] if path == list(range(len(path))) else self.ops.concat_rows(
+            [part[r:r + 1] for r in path])
+
+    def _tail_after(self, record: DeltaNetRecord, path: list):
+        """The conv tail after keeping `path`: its last K - 1 inputs, running on into the window's old tail."""
+        history = record.tail.shape[0]
+        last = ([(record.tail, s) for s in range(history)] + [(record.inputs, r) for r in path])[-history:]
+        return self.ops.concat_rows([rows[s:s + 1] for rows, s in last])
+
+
+@dataclasses.dataclass(frozen=True)
+class RowMaps:
+    """A window's index maps (tensorfold/cuda/paths.py) on the backend: with them the conv, the DeltaNet scan and
+    attention each run every row of the window, chain or tree, in one launch."""
+    depths: object  # [rows] int32: each row's ancestors in the window
+    path_slots: object  # [rows, deepest + 1] int32: row r's ancestors' slots, root first, then r
+    conv_taps: object  # [rows, K] int32: row r's conv window, as rows of [conv tail; window inputs]
 
 
 @dataclasses.dataclass
@@ -163,8 +179,8 @@ class Window:
     """One stream's rows in a round: `ids` continue `state`; logits for "all" rows or the "last".
 
     Without `parents` the rows are a chain (row r follows row r - 1). With them they are a tree: `parents[r]` is the
-    row that row r follows (-1 for row 0, the root, which follows the stream), always an earlier row. A tree row
-    sits at position length + its depth, and sees the stream and its own ancestors, never its siblings."""
+    row that row r follows (-1 for row 0, the root, which follows the stream), always an earlier row. A row sits at
+    position length + its depth, and sees the stream and its own ancestors, never its siblings."""
     state: StreamState
     ids: list
     logits_for: str = "all"
@@ -172,24 +188,33 @@ class Window:
     features: list | None = None  # after a forward with taps: each tapped layer's output at the window's rows
 
     @property
+    def parent_rows(self) -> list:
+        """`parents`, or a chain's."""
+        return paths.chain(len(self.ids)) if self.parents is None else self.parents
+
+    @property
     def depths(self) -> list:
-        if self.parents is None:
-            return list(range(len(self.ids)))
-        depths = []
-        for r, parent in enumerate(self.parents):
+        for r, parent in enumerate(self.parent_rows):
             assert (r == 0) == (parent == -1) and parent < r, f"row {r}: parent {parent} must be an earlier row"
-            depths.append(0 if parent < 0 else depths[parent] + 1)
-        return depths
+        return paths.depths(self.parent_rows).tolist()
 
     @property
     def positions(self) -> np.ndarray:
         return self.state.length + np.asarray(self.depths)
 
+    @functools.cached_property
+    def maps(self) -> RowMaps:
+        """The index maps, built and uploaded once a round (they do not depend on the stream's length)."""
+        parents, ops = self.parent_rows, self.state.ops
+        width = self.state.config.linear_conv_kernel_dim
+        return RowMaps(ops.upload(paths.depths(parents)), ops.upload(paths.path_slots(parents)),
+                       ops.upload(paths.conv_taps(parents, width)))
+
     def ancestors(self, r: int) -> list:
         """Row r's ancestors in the window, nearest first."""
         chain = []
-        while self.parents[r] >= 0:
-            r = self.parents[r]
+        while self.parent_rows[r] >= 0:
+            r = self.parent_rows[r]
             chain.append(r)
         return chain
 
@@ -256,51 +281,27 @@ class Qwen35:
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
         decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
                                          ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
-        outs = []
-        for win, (a, b) in zip(windows, spans):  # the conv and the scan read the stream's own history
-            state = win.state
-            start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-            if win.parents is None:
-                out, after, log, new_tail = self.deltanet_rows(mixed[a:b], state.conv_tail[i], start, decay[a:b],
-                                                               beta[a:b], i)
-                state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
-            else:
-                out, log, states = self.deltanet_tree(win, mixed[a:b], start, decay[a:b], beta[a:b], i)
-                state.records[i] = DeltaNetRecord(start, None, log, mixed[a:b], state.conv_tail[i], None, states)
-            outs.append(out)
+        outs = [self.deltanet_window(win, mixed[a:b], decay[a:b], beta[a:b], i) for win, (a, b) in zip(windows, spans)]
         out = ops.concat_rows(outs) if len(outs) > 1 else outs[0]
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
 
-    def deltanet_rows(self, mixed, tail, start, decay, beta, i):
-        """A chain of rows through the conv and the scan: (out, state after the last row, log, new conv tail)."""
-        c, ops, w = self.config, self.ops, self.weights
+    def deltanet_window(self, win, mixed, decay, beta, i):
+        """One window through the conv and the scan, which read the stream's own history: each row's conv window
+        is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's state.
+        Records what a keep needs; returns the scan's output rows."""
+        c, ops, state, maps = self.config, self.ops, win.state, win.maps
         nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
         n = mixed.shape[0]
-        conv, new_tail = ops.causal_conv(mixed, tail, w[f"layers.{i}.linear_attn.conv1d.weight"])
+        weight = self.weights[f"layers.{i}.linear_attn.conv1d.weight"]
+        conv, new_tail = ops.causal_conv(mixed, state.conv_tail[i], weight, maps.conv_taps)
         q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(n, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
         k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(n, nk, dk), L2NORM_EPS)
         v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(n, nv, dv)
-        out, after, log = ops.deltanet_scan(start, q, k, v, decay, beta)
-        return out, after, log, new_tail
-
-    def deltanet_tree(self, win, mixed, start, decay, beta, i):
-        """A tree's rows one at a time, each as the one-row step it stands for: its conv window is its ancestors'
-        inputs running on into the stream's tail, and its scan starts from its parent's state."""
-        ops, tail = self.ops, win.state.conv_tail[i]
-        history = tail.shape[0]
-        outs, states, logs = [], [], []
-        for r in range(len(win.ids)):
-            path = win.ancestors(r)[:history][::-1]  # up to K - 1 ancestors, oldest first
-            own_tail = ops.concat_rows([tail[len(path):]] + [mixed[a:a + 1] for a in path])
-            parent = win.parents[r]
-            out, after, log, _ = self.deltanet_rows(mixed[r:r + 1], own_tail, start if parent < 0 else states[parent],
-                                                    decay[r:r + 1], beta[r:r + 1], i)
-            outs.append(out)
-            states.append(after)
-            logs.append(log)
-        log = tuple(ops.concat_rows([row[part] for row in logs]) for part in range(3))
-        return ops.concat_rows(outs), log, states
+        start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
+        out, after, log = ops.deltanet_scan(start, q, k, v, decay, beta, maps.depths, maps.path_slots)
+        state.records[i] = DeltaNetRecord(start, after, log, mixed, state.conv_tail[i], new_tail)
+        return out
 
     def attention(self, x, windows, spans, i):
         """A gated full-attention layer: q/gate interleaved per head, q/k norms, partial RoPE, GQA, sigmoid gate."""
@@ -316,39 +317,12 @@ class Qwen35:
         q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         outs = []
-        for win, (a, b) in zip(windows, spans):  # each row reads its own stream's keys, up to its own position
-            if win.parents is not None:
-                outs.append(self.attention_tree(win, q[a:b], k[a:b], v[a:b], i))
-                continue
+        for win, (a, b) in zip(windows, spans):  # each row reads its stream's committed keys, then its path's
             state = win.state
-            state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b], state.max_rows)
+            state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b], state.max_rows)  # at length + slot
             state.values[i] = ops.append_rows(state.values[i], state.length, v[a:b], state.max_rows)
             partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], win.positions + 1,
-                                            1.0 / math.sqrt(hd))
+                                            1.0 / math.sqrt(hd), state.length, win.maps.path_slots)
             outs.append(ops.attention_merge(*partial))
         out = (ops.concat_rows(outs) if len(outs) > 1 else outs[0]).reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])
-
-    def attention_tree(self, win, q, k, v, i):
-        """A tree's rows in depth-first order: each writes its key and value at length + depth, over whatever a
-        finished branch left there, so that when a row reads keys 0 .. its position, the ones past the stream
-        are exactly its ancestors' and its own (as in the one-row steps it stands for)."""
-        ops, state = self.ops, win.state
-        depths, children = win.depths, {r: [] for r in range(-1, len(win.ids))}
-        for r, parent in enumerate(win.parents):
-            children[parent].append(r)
-        order, todo = [], [0]
-        while todo:  # preorder: a row comes before its children, a finished subtree before the next sibling
-            r = todo.pop()
-            order.append(r)
-            todo.extend(reversed(children[r]))
-        outs = [None] * len(win.ids)
-        for r in order:
-            slot = state.length + depths[r]
-            state.keys[i] = ops.append_rows(state.keys[i], slot, k[r:r + 1], state.max_rows)
-            state.values[i] = ops.append_rows(state.values[i], slot, v[r:r + 1], state.max_rows)
-            partial = ops.attention_partial(q[r:r + 1], state.keys[i], state.values[i], np.array([slot + 1]),
-                                            1.0 / math.sqrt(self.config.head_dim))
-            outs[r] = ops.attention_merge(*partial)
-        state.tree_kv[i] = (k, v)  # a kept path's rows are written again in path order
-        return ops.concat_rows(outs)

@@ -1,0 +1,116 @@
+"""Kernel launches with less host work: numba's dispatcher, minus what a decode round repeats hundreds of times.
+
+`kernel[grid, block, stream](*args)` on a numba dispatcher derives the numba type of every argument (for a device
+array: a new `types.Array`, interned through numba's type system), looks the compiled kernel up by those types, then
+marshals each argument through a general path. That costs about 100 us of host time per launch on an H200 host,
+and a decode round launches about 500 kernels, so the round is bound by the host, not the GPU.
+
+`CachedLaunch` wraps a `@cuda.jit` kernel and keeps, per argument layout (an array's dtype, rank and contiguity;
+a scalar's Python type), the compiled kernel and one small packing function per argument. The first launch with a
+layout goes through numba (which compiles); later ones pack the arguments as numba's `_prepare_args` does for
+device arrays and scalars (for an array: meminfo 0, parent 0, size, itemsize, data pointer, shape, strides in bytes)
+and call the same `cuda.core.launch`. The kernels, their arguments and their order on the stream are unchanged:
+only the host's bookkeeping is cached. Under numba's CUDA simulator the kernel is returned as it is.
+
+Anything else (a host NumPy array handed to a kernel, an argument type seen for the first time) takes numba's path.
+"""
+import ctypes
+import functools
+import os
+
+from numba import cuda
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+if not SIMULATED:
+    import cuda.core as core  # the launch API numba's dispatcher calls
+    from numba.cuda.cudadrv import driver
+
+
+def array_layout(array):
+    """numba's layout letter of a device array: 'C', 'F', or 'A' (neither, or broadcast with a zero stride)."""
+    if 0 in array.strides and array.size:
+        return "A"
+    flags = array.flags
+    return "C" if flags["C_CONTIGUOUS"] else "F" if flags["F_CONTIGUOUS"] else "A"
+
+
+def layout_key(value):
+    """What decides the compiled kernel an argument selects, or None for an argument the fast path does not take."""
+    if hasattr(value, "gpu_data"):  # a numba device array
+        return value.dtype.str, value.ndim, array_layout(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int, value >= 1 << 63  # numba types a Python int as int64, or uint64 past int64's range
+    if isinstance(value, (bool, float)) or getattr(value, "shape", None) == ():  # NumPy scalars have shape ()
+        return type(value)
+    return None
+
+
+def packer(numba_type):
+    """The function that turns one argument of `numba_type` into the kernel parameters numba would pass."""
+    from numba.cuda import types
+    if isinstance(numba_type, types.Array):
+        def pack_array(array):
+            pointer = array.device_ctypes_pointer.value or 0
+            return (0, 0, array.size, array.dtype.itemsize, pointer) + tuple(array.shape) + tuple(array.strides)
+        return pack_array
+    if isinstance(numba_type, types.Integer):
+        c_type = getattr(ctypes, f"c_{numba_type}")
+        return lambda value: (c_type(value),)
+    if numba_type == types.float32:
+        return lambda value: (ctypes.c_float(value),)
+    if numba_type == types.float64:
+        return lambda value: (ctypes.c_double(value),)
+    if numba_type == types.boolean:
+        return lambda value: (value,)
+    return None
+
+
+class CachedLaunch:
+    """A `@cuda.jit` kernel launched through a per-layout cache (see the module's docstring)."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+        self.py_func = dispatcher.py_func  # the twins call kernels' device functions through py_func
+        self.compiled = {}  # layout keys -> (cuda.core kernel, argument packers)
+        functools.update_wrapper(self, dispatcher.py_func)
+
+    def __getitem__(self, config):
+        grid, block, stream, shared = (tuple(config) + (0, 0))[:4]
+        return functools.partial(self.launch, grid, block, stream, shared)
+
+    def launch(self, grid, block, stream, shared, *args):
+        keys = tuple(layout_key(a) for a in args)
+        entry = self.compiled.get(keys) if None not in keys else None
+        if entry is None:
+            self.dispatcher[grid, block, stream, shared](*args)  # compiles if need be, and launches
+            self.remember(keys, args)
+            return
+        kernel, packers = entry
+        parameters = [p for pack, value in zip(packers, args) for p in pack(value)]
+        core.launch(driver._to_core_stream(stream), core.LaunchConfig(grid=grid, block=block, shmem_size=shared),
+                    kernel, *parameters)
+
+    def remember(self, keys, args) -> None:
+        """Cache the compiled kernel numba picked for these argument layouts, when every argument can be packed."""
+        if None in keys:
+            return
+        signature = tuple(self.dispatcher.typeof_pyval(a) for a in args)
+        compiled = self.dispatcher.overloads.get(signature)
+        if compiled is None or compiled.debug:
+            return
+        packers = [packer(t) for t in compiled.argument_types]
+        if None not in packers:
+            self.compiled[keys] = (compiled._codelibrary.get_cufunc().kernel, packers)
+
+    def __getattr__(self, name):  # everything else (overloads, inspect_*, ...) is the dispatcher's
+        return getattr(self.dispatcher, name)
+
+
+def kernel(function):
+    """`@cuda.jit` for a kernel, launched through CachedLaunch on a GPU; numba's own dispatcher under the simulator
+    or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves)."""
+    dispatcher = cuda.jit(function)
+    if SIMULATED or os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") == "0":
+        return dispatcher
+    return CachedLaunch(dispatcher)
+
