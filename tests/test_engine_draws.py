@@ -1,10 +1,15 @@
 """The engine draws every row of a round in one backend call (on the GPU under --gpu): a drafted row is drawn for
 the output position it would have if the walk reaches it, len(output) + its depth, so drafted output still equals
 undrafted. Requests with penalties or logprobs draw on the host, in the same rounds. Each check has a planted
-control that moves the positions the way a bug would."""
+control that moves the positions the way a bug would.
+
+The model is the embedded one, trained, on the lane tests' backend: its sampled tokens depend on the draw (a
+random-weight model's distributions can be too peaked for a moved draw to show)."""
 import numpy as np
 import pytest
 
+import tensorfold
+from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.engine import Engine, SamplingParams
 
 from test_lanes import PROMPTS, OracleDrafter, OracleTreeDrafter
@@ -14,8 +19,8 @@ TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def model(lanes_model):
-    return lanes_model
+def model(lanes_backend):
+    return tensorfold.load(DEFAULT_MODEL, backend=lanes_backend)
 
 
 @pytest.fixture(scope="module")

@@ -289,7 +289,7 @@ def _cases(mode, rng):
             maps = {"committed": committed, "path_slots": np.pad(slots, ((0, 0), (0, 1)))}
         else:
             n_keys = np.array(reads)
-        cache = int(n_keys.max()) + 3
+        cache = max(int(n_keys.max()), (maps["committed"] or 0) + rows) + 3  # a window's rows sit at committed + slot
         label = f"{rows}x{heads}/{kv_heads}x{head_dim} n<={n_keys.max()}"
         cases.append((label + (f" window over {maps['committed']}" if maps["committed"] else ""), {
             "q": rng.normal(size=(rows, heads, head_dim)).astype(np.float32),
