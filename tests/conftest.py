@@ -131,8 +131,8 @@ def lanes_backend(request, on_gpu):
 
 @pytest.fixture(scope="session")
 def simulated_device():
-    """The simulator set up for whole-model tests: 8-thread GEMV and norm blocks (as in test_backend_sim.py), a short
-    GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails
+    """The simulator set up for whole-model tests: 8 threads an output for the GEMV and 8-thread norm blocks (as in
+    test_backend_sim.py), a short GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails
     here as it would on a GPU)."""
     import sys
 

@@ -68,8 +68,8 @@ def show(label, array):
 # %%
 # Matrices go through the GEMV twin
 # ---------------------------------
-# Every matrix product is `gemv`: one block of 128 threads per output, each thread walking the columns
-# t, t + 128, ... with fma32, then a fixed tree over the 128 partial sums. 4-bit weights stay packed, eight codes
+# Every matrix product is `gemv`: one warp of 32 threads per output, each thread walking 8-column chunks
+# t, t + 32, ... with fma32, then a fixed tree over the 32 partial sums. 4-bit weights stay packed, eight codes
 # to a uint32 word, and are dequantized inside the loop: weight = scale * code + bias, per group of 64 columns.
 
 
