@@ -11,7 +11,6 @@ written by work queued after the work that last read it. The pool is a numba Ext
 (numba.cuda.set_memory_manager); it must be installed before the process creates its CUDA context.
 """
 import collections
-import contextlib
 import weakref
 
 from numba import cuda
@@ -90,11 +89,6 @@ class CachingMemoryManager(cuda_driver.GetIpcHandleMixin, cuda_driver.HostOnlyCU
     def reset(self):
         self.release()
         super().reset()
-
-    @contextlib.contextmanager
-    def defer_cleanup(self):
-        with super().defer_cleanup():
-            yield
 
     @property
     def interface_version(self):
