@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from .cuda import attention, conv, deltanet, elementwise, gemv, sampling
+from .cuda import attention, conv, deltanet, elementwise, gemv, graphs, sampling
 from .cuda import rmsnorm as norm
 from .cuda import rope as rotary
 from .cuda import topk as top_k
@@ -44,17 +44,32 @@ class NumpyBackend:
     def embed(self, ids, weight):
         return weight.rows(ids)
 
+    def causal_conv(self, inputs, tail, weight, taps=None, out=None):
+        """The twin; with `out`, its rows written there."""
+        rows, new_tail = conv.causal_conv(inputs, tail, weight, taps)
+        return written(out, rows), new_tail
+
+    def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
+        """The twin; with `out`, its rows written there; `in_place`, the new state written over `state`."""
+        rows, after, log = deltanet.deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)
+        return written(out, rows), written(state if in_place else None, after), log
+
+    def attention_merge(self, m, l, o, out=None):
+        return written(out, attention.attention_merge(m, l, o))
+
+    def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None, max_keys=None):
+        """The twin, whose partials always hold the chunks of the largest n_keys (chunks beyond them would change
+        no merged bit: the merge skips a chunk no row reaches)."""
+        return attention.attention_partial(q, keys, values, n_keys, scale, committed, path_slots)
+
     rmsnorm = staticmethod(norm.rmsnorm)
     rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
     l2norm = staticmethod(norm.l2norm)
-    causal_conv = staticmethod(conv.causal_conv)
     deltanet_gates = staticmethod(deltanet.deltanet_gates)
-    deltanet_scan = staticmethod(deltanet.deltanet_scan)
     deltanet_apply = staticmethod(deltanet.deltanet_apply)
     rope = staticmethod(rotary.rope)
-    attention_partial = staticmethod(attention.attention_partial)
-    attention_merge = staticmethod(attention.attention_merge)
     kv_compact = staticmethod(attention.kv_compact)
+    kv_write = staticmethod(attention.kv_write)
     add = staticmethod(elementwise.add)
     silu_mul = staticmethod(elementwise.silu_mul)
     sigmoid_mul = staticmethod(elementwise.sigmoid_mul)
@@ -65,20 +80,35 @@ class NumpyBackend:
     def zeros(self, shape):
         return np.zeros(shape, np.float32)
 
+    def empty(self, shape):
+        return np.empty(shape, np.float32)
+
     def upload(self, array):
         """A host array (or Linear) as this backend's (NumPy: the thing itself)."""
         return array
 
+    def reserve_rows(self, buffer, length, needed, limit=None):
+        """`buffer` with room for `needed` rows, of which the first `length` are kept: itself, or a grown copy
+        (doubling, but never past `limit` rows when given)."""
+        if needed <= len(buffer):
+            return buffer
+        grown = np.zeros((grown_rows(len(buffer), needed, limit),) + buffer.shape[1:], buffer.dtype)
+        grown[:length] = buffer[:length]
+        return grown
+
     def append_rows(self, buffer, length, rows, limit=None):
-        """Write `rows` at `buffer[length:]`, growing the buffer when full (doubling, but never past `limit` rows
-        when given); returns the buffer."""
-        needed = length + len(rows)
-        if needed > len(buffer):
-            grown = np.zeros((grown_rows(len(buffer), needed, limit),) + buffer.shape[1:], buffer.dtype)
-            grown[:length] = buffer[:length]
-            buffer = grown
-        buffer[length:needed] = rows
+        """Write `rows` at `buffer[length:]`, growing the buffer when full (see reserve_rows); returns the buffer."""
+        buffer = self.reserve_rows(buffer, length, length + len(rows), limit)
+        buffer[length:length + len(rows)] = rows
         return buffer
+
+    def copy_into(self, dst, src):
+        """Overwrite dst with src (same shape), in place."""
+        dst[...] = src
+
+    def upload_into(self, dst, array):
+        """Overwrite the backend array dst with the host array (same shape), in place."""
+        dst[...] = array
 
     def concat_rows(self, arrays):
         """Arrays of equal trailing shape stacked along their rows, as one new array."""
@@ -111,6 +141,10 @@ class CudaBackend:
         self.stream = cuda.stream()
 
     def _device(self, array):
+        """A host array's copy on the device; a device array as it is."""
+        if not isinstance(array, (np.ndarray, np.generic, list, tuple)):
+            return array
+        graphs.refuse("an upload")
         return self.cuda.to_device(np.ascontiguousarray(array), stream=self.stream)
 
     def upload(self, weight):
@@ -124,19 +158,33 @@ class CudaBackend:
     def zeros(self, shape):
         return self._device(np.zeros(shape, np.float32))
 
+    def empty(self, shape):
+        """A new device array, its values unset (for outputs the windows of a round write part by part)."""
+        return self.cuda.device_array(shape, np.float32, stream=self.stream)
+
     def to_host(self, array) -> np.ndarray:
+        graphs.refuse("a copy to the host")
         return array.copy_to_host(stream=self.stream)
 
     def concat_rows(self, arrays):
-        """Arrays of equal trailing shape stacked along their rows, as one new device array."""
+        """Arrays of equal trailing shape stacked along their rows, as one new device array (one copy_rows launch
+        each)."""
         total = sum(a.shape[0] for a in arrays)
         out = self.cuda.device_array((total,) + tuple(arrays[0].shape)[1:], np.float32, stream=self.stream)
         start = 0
         for a in arrays:
-            if a.shape[0]:
-                out[start:start + a.shape[0]].copy_to_device(a, stream=self.stream)
+            elementwise.copy_rows_launch(out, a, start, stream=self.stream)
             start += a.shape[0]
         return out
+
+    def copy_into(self, dst, src):
+        """Overwrite device dst with src (same shape), in place."""
+        elementwise.copy_rows_launch(dst, src, 0, stream=self.stream)
+
+    def upload_into(self, dst, array):
+        """Overwrite device dst with the host array (same shape), in place."""
+        graphs.refuse("an upload")
+        dst.copy_to_device(np.ascontiguousarray(array), stream=self.stream)
 
     def linear(self, x, weight):
         s = self.stream
@@ -151,7 +199,7 @@ class CudaBackend:
         kernels = {"f32": gemv.embed_f32_kernel, "bf16": gemv.embed_bf16_kernel, "affine": gemv.embed_affine_kernel}
         args = (weight.data,) if weight.kind != "affine" else (weight.data, weight.scales, weight.biases,
                                                                 weight.bits, weight.group_size)
-        return gemv.launch_embed(kernels[weight.kind], self._device(np.asarray(ids, np.int32)), weight.in_features,
+        return gemv.launch_embed(kernels[weight.kind], self._device(as_int32(ids)), weight.in_features,
                                  *args, stream=self.stream)
 
     def rmsnorm(self, x, multiplier, eps):
@@ -175,45 +223,58 @@ class CudaBackend:
     def take_last(self, x, start, stop):
         return elementwise.take_last_launch(x, start, stop, stream=self.stream)
 
-    def causal_conv(self, inputs, tail, weight, taps=None):
-        return conv.causal_conv_launch(inputs, tail, weight, taps, stream=self.stream)
+    def causal_conv(self, inputs, tail, weight, taps=None, out=None):
+        return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, stream=self.stream)
 
     def deltanet_gates(self, b, a, a_log, dt_bias):
         return deltanet.deltanet_gates_launch(b, a, a_log, dt_bias, stream=self.stream)
 
-    def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None):
-        return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, depths, path_slots, stream=self.stream)
+    def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
+        return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, depths, path_slots, in_place, out=out,
+                                             stream=self.stream)
 
     def deltanet_apply(self, state, log, path):
         return deltanet.deltanet_apply_launch(state, log, path, stream=self.stream)
 
     def rope(self, x, positions, rotary_dim, theta):
-        return rotary.rope_launch(x, self._device(np.asarray(positions, np.int32)), rotary_dim, theta,
+        return rotary.rope_launch(x, self._device(as_int32(positions)), rotary_dim, theta,
                                 stream=self.stream)
 
-    def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None):
-        """n_keys on the host (its largest sets the chunks); path_slots, like the other index maps, a device array
-        (uploaded once a round by the model)."""
-        return attention.attention_partial_launch(q, keys, values, self._device(np.asarray(n_keys, np.int32)),
-                                                  scale, committed, path_slots, stream=self.stream,
-                                                  max_keys=int(np.max(n_keys)))
+    def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None, max_keys=None):
+        """n_keys on the host or the device; path_slots, like the other index maps, a device array. The partials
+        hold chunks for `max_keys` keys: by default the largest of host n_keys, or the whole cache for device
+        n_keys (a recorded round, whose key counts change from replay to replay)."""
+        if max_keys is None and isinstance(n_keys, (np.ndarray, list)):
+            max_keys = int(np.max(n_keys))
+        n_keys = self._device(as_int32(n_keys))
+        return attention.attention_partial_launch(q, keys, values, n_keys, scale, committed, path_slots,
+                                                  stream=self.stream, max_keys=max_keys)
 
-    def attention_merge(self, m, l, o):
-        return attention.attention_merge_launch(m, l, o, stream=self.stream)
+    def attention_merge(self, m, l, o, out=None):
+        return attention.attention_merge_launch(m, l, o, out=out, stream=self.stream)
 
     def kv_compact(self, keys, values, committed, path):
         return attention.kv_compact_launch(keys, values, committed, path, stream=self.stream)
 
+    def kv_write(self, keys, values, new_keys, new_values, at):
+        return attention.kv_write_launch(keys, values, new_keys, new_values, self._device(at), stream=self.stream)
+
+    def reserve_rows(self, buffer, length, needed, limit=None):
+        """NumpyBackend.reserve_rows on a device buffer."""
+        if needed <= buffer.shape[0]:
+            return buffer
+        graphs.refuse("growing a cache buffer")
+        grown = self.cuda.device_array((grown_rows(buffer.shape[0], needed, limit),) + tuple(buffer.shape)[1:],
+                                       np.float32, stream=self.stream)
+        if length:
+            grown[:length].copy_to_device(buffer[:length], stream=self.stream)
+        return grown
+
     def append_rows(self, buffer, length, rows, limit=None):
         """Write device `rows` at `buffer[length:]`, growing the device buffer like NumpyBackend.append_rows."""
-        needed = length + rows.shape[0]
-        if needed > buffer.shape[0]:
-            grown = self.cuda.device_array((grown_rows(buffer.shape[0], needed, limit),) + tuple(buffer.shape)[1:],
-                                           np.float32, stream=self.stream)
-            if length:
-                grown[:length].copy_to_device(buffer[:length], stream=self.stream)
-            buffer = grown
-        buffer[length:needed].copy_to_device(rows, stream=self.stream)
+        graphs.refuse("a copy")
+        buffer = self.reserve_rows(buffer, length, length + rows.shape[0], limit)
+        buffer[length:length + rows.shape[0]].copy_to_device(rows, stream=self.stream)
         return buffer
 
     sample = staticmethod(sampling.sample)  # one host row of logits (requests with penalties or logprobs)
@@ -227,6 +288,19 @@ class CudaBackend:
         """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""
         ids, logprobs = top_k.topk_launch(logits, k, stream=self.stream)
         return self.to_host(ids), self.to_host(logprobs)
+
+
+def written(out, array):
+    """`array`, or, when `out` is given, out with array's values written into it (the NumPy backend's `out=`)."""
+    if out is None:
+        return array
+    out[...] = array
+    return out
+
+
+def as_int32(indices):
+    """Host indices as an int32 array; a device array as it is."""
+    return np.asarray(indices, np.int32) if isinstance(indices, (np.ndarray, list, tuple)) else indices
 
 
 def simulated() -> bool:

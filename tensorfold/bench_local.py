@@ -260,7 +260,7 @@ def calls_per_round(model, streams: int) -> int:
     net, real = model.net, model.net.ops
     counter = net.ops = CountingBackend(real)  # the caches of streams admitted now call through it too
     try:
-        engine = Engine(model, parallel=streams, context=8)
+        engine = Engine(model, parallel=streams, context=8, graphs=False)  # the eager round's calls
         for i in range(streams):
             engine.submit([i + 1], SamplingParams(max_tokens=4, draft=False, stop_ids=()))
         engine.run_round()
@@ -302,7 +302,7 @@ def ops_per_round(model, rounds: int = 5) -> dict:
     net, real = model.net, model.net.ops
     timer = net.ops = model.backend = TimingBackend(real)  # the stream's cache calls through it too
     try:
-        engine = Engine(model, parallel=1, context=64)
+        engine = Engine(model, parallel=1, context=64, graphs=False)  # each op alone: eager, never replayed
         engine.submit([1, 2, 3], SamplingParams(max_tokens=3 + rounds, draft=False, stop_ids=()))
         engine.run_round()  # the prompt
         engine.run_round()
@@ -347,7 +347,9 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     synchronize(model.backend)
     seconds = time.perf_counter() - started
     produced = sum(len(r.output) for r in requests) - streams * warmup
+    graphs = engine.graphs
     return {"streams": streams, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
+            "graph_rounds": {"recorded": graphs.recorded, "replayed": graphs.replayed} if graphs else None,
             "ms_per_round": 1000 * seconds / rounds, "context": engine.context, "stream_bytes": engine.stream_bytes(),
             "state_bytes": state_bytes,
             "device_bytes_per_stream": None if free_before is None else (free_before - free_after) // streams}
@@ -546,6 +548,8 @@ def environment(backend) -> dict:
     major, minor = backend.cuda.cudadrv.driver.get_version()
     return {"device": name, "driver": driver, "cuda_driver_api": f"{major}.{minor}",
             "compute_capability": ".".join(map(str, device.compute_capability)), "device_pool": backend.pooled,
+            "graphs": os.environ.get("TENSORFOLD_GRAPHS", "1") != "0",
+            "cached_launch": os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0",
             "versions": versions}
 
 
@@ -607,9 +611,12 @@ def report(results: dict) -> list:
         lines.append(f"HBM floor: {mib(floor['round_bytes'])} read at {floor['copy_bytes_per_s'] / 1e9:,.0f} GB/s "
                      f"(copy) = {floor['ms_per_round']:.3f} ms a round ({floor['tok_s']:,.0f} tok/s for 1 stream)")
         for level in decode["levels"]:
-            lines.append(f"decode round, {streams(level['streams'])}: {level['ms_per_round']:.2f} ms measured; "
-                         f"launch model {level['calls_per_round']:,} backend calls x {decode['us_per_call']:.1f} us "
-                         f"= {level['launch_ms_per_round']:.2f} ms")
+            graphed = level.get("graph_rounds")
+            replays = (f"; {graphed['replayed']} rounds replayed from {graphed['recorded']} CUDA graph recordings"
+                       if graphed else "; CUDA graphs off")
+            lines.append(f"decode round, {streams(level['streams'])}: {level['ms_per_round']:.2f} ms measured{replays}; "
+                         f"eager launch model {level['calls_per_round']:,} backend calls x "
+                         f"{decode['us_per_call']:.1f} us = {level['launch_ms_per_round']:.2f} ms")
         ops = decode["ops"]
         lines.append(f"decode round, 1 stream, each backend call timed alone (synchronised): "
                      f"{ops['ms_per_round']:.2f} ms; the calls: " + ", ".join(

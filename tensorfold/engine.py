@@ -24,6 +24,7 @@ import numpy as np
 
 from .drafters import Drafter
 from .errors import TensorfoldError
+from .model.graphs import DecodeGraphs
 from .model.qwen35 import KeepPolicy, Window, pending_row_bytes
 
 FINISHED = object()  # the queue's end marker
@@ -150,7 +151,7 @@ class Engine:
 
     def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
                  drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None,
-                 keep: KeepPolicy | None = None):
+                 keep: KeepPolicy | None = None, graphs: bool | None = None):
         if parallel < 1 or chunk < 1 or max_draft < 0:
             raise TensorfoldError(f"parallel ({parallel}) and chunk ({chunk}) must be positive, max_draft "
                                   f"({max_draft}) non-negative")
@@ -162,6 +163,10 @@ class Engine:
         self.drafter = drafter or Drafter()
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
+        if graphs is None:  # by default on the GPU, unless TENSORFOLD_GRAPHS=0
+            graphs = os.environ.get("TENSORFOLD_GRAPHS", "1") != "0"
+        # decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py): the `cuda` backend only
+        self.graphs = DecodeGraphs(model.net) if graphs and model.backend.name == "cuda" else None
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
@@ -219,7 +224,10 @@ class Engine:
             return False
         windows = [self._window(stream) for stream in streams]
         try:
-            all_logits = self.model.net.forward_round(windows, taps=self.drafter.taps)
+            if self.graphs is not None and self.graphs.eligible(windows, self.drafter.taps):
+                all_logits = self.graphs.run(windows)  # forward and keep, replayed; `keep(1)` below only counts
+            else:
+                all_logits = self.model.net.forward_round(windows, taps=self.drafter.taps)
         except Exception as error:  # a failed round ends its streams with the error; the engine serves on
             for stream in streams:
                 stream.request.error = error

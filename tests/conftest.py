@@ -135,9 +135,13 @@ def simulated_device():
     test_backend_sim.py), a short GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails
     here as it would on a GPU)."""
     import sys
+    import threading
 
     import numpy as np
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
 
     from tensorfold.cuda import gemv, rmsnorm
     lend_attribute, index = FakeCUDAArray.__getattr__, FakeCUDAArray.__getitem__
@@ -153,6 +157,23 @@ def simulated_device():
             raise TypeError(f"a device array takes integers and slices as indices, not {key!r}")
         return index(array, key)
 
+    # numba's simulator makes a block's shared array on its first request from each source line, a get-or-create
+    # its threads race through unlocked: two threads of a block can each make one and no longer share it (with the
+    # short switch interval below, often enough to change results). The same, under a lock.
+    shared_array, made = FakeCUDAShared.array, threading.Lock()
+
+    def locked_shared_array(shared, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory, and the simulator's own error
+            return shared_array(shared, shape, dtype, alignment)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key: one array per source line
+        with made:
+            array = shared._allocations.get(key)
+            if array is None:
+                array = shared._allocations[key] = np.empty(shape, numpy_support.as_dtype(dtype)
+                                                            if isinstance(dtype, types.Type) else dtype)
+        return array
+
     interval = sys.getswitchinterval()
     sys.setswitchinterval(5e-5)  # the simulator's block manager polls its threads under the GIL: hand it back sooner
     with pytest.MonkeyPatch.context() as patch:
@@ -160,6 +181,7 @@ def simulated_device():
         patch.setattr(rmsnorm, "THREADS", 8)
         patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
         patch.setattr(FakeCUDAArray, "__getitem__", device_index)
+        patch.setattr(FakeCUDAShared, "array", locked_shared_array)
         yield
     sys.setswitchinterval(interval)
 

@@ -57,7 +57,7 @@ def test_control_window_dependent_attention_chunks_are_caught(tiny_hf, monkeypat
     whole = model.logits(ids)
     original = attention.attention_partial
 
-    def shifted_partial(q, keys, values, n_keys, scale, *maps):
+    def shifted_partial(q, keys, values, n_keys, scale, *maps, max_keys=None):
         attention.CHUNK = 128 if len(q) > 1 else 64  # the chunk width follows the window: the review's blocker
         try:
             return original(q, keys, values, n_keys, scale, *maps)

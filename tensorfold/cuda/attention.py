@@ -26,8 +26,10 @@ Query head h reads KV head `h // (Hq / Hkv)` (grouped-query attention).
 A chunk a row does not reach (its first key is past n) holds m = -inf, l = 0, o = 0, and the merge skips it; so
 the partials of a round can hold as many chunks as its longest row needs.
 
-Keeping a tree path moves its rows from committed + slot to committed + depth (`kv_compact`), so that the stream's
-committed keys sit in order again; a chain's kept rows are already there.
+A window's keys and values go into the cache with `kv_write`: row r to cache row at[r] (committed + slot), read from
+device memory, so that a recorded decode round (graphs.py) writes where each replay's stream length says. Keeping a
+tree path moves its rows from committed + slot to committed + depth (`kv_compact`), so that the stream's committed
+keys sit in order again; a chain's kept rows are already there.
 
 Mapping (the kernels): partial, one block of CHUNK threads per (row, query head, chunk). Thread t owns key slot t:
 its score, then its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`;
@@ -36,7 +38,8 @@ walks the chunk's keys in order for o. Each thread finds a key's cache row with 
 are never read (the twin reads cache row 0 for them and multiplies it by p = 0, which gives the same bits
 while the cache holds finite values). Merge: one thread per (row, head, dim), walking the chunks in order. The
 partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the contract can plant a moved
-chunk boundary. Compact: one thread per (KV head, dim), moving that element of each path row in increasing depth.
+chunk boundary. Write: one thread per element of the window's keys (and the same element of its values). Compact:
+one thread per (KV head, dim), moving that element of each path row in increasing depth.
 """
 import math
 
@@ -113,6 +116,14 @@ def attention_merge(m, l, o):
         total = fma32.py_func(l[:, :, c], weight, total)
         acc = fma32.py_func(o[:, :, c], weight[:, :, None], acc)
     return acc / total[:, :, None]
+
+
+def kv_write(keys, values, new_keys, new_values, at):
+    """Write a window's rows into the cache in place: new_keys[r] and new_values[r] [rows, Hkv, hd] to cache row
+    at[r] (int [rows])."""
+    keys[np.asarray(at)] = new_keys
+    values[np.asarray(at)] = new_values
+    return keys, values
 
 
 def kv_compact(keys, values, committed, path):
@@ -212,6 +223,17 @@ def attention_merge_kernel(m, l, o, out):
 
 
 @kernel
+def kv_write_kernel(keys, values, new_keys, new_values, at):
+    """Thread i owns element (r, h, d) of the window's rows, i = (r * Hkv + h) * head_dim + d."""
+    i = cuda.grid(1)
+    heads, head_dim = new_keys.shape[1], new_keys.shape[2]
+    if i < new_keys.size:
+        r, h, d = i // (heads * head_dim), (i // head_dim) % heads, i % head_dim
+        keys[at[r], h, d] = new_keys[r, h, d]
+        values[at[r], h, d] = new_values[r, h, d]
+
+
+@kernel
 def kv_compact_kernel(keys, values, committed, path):
     """Thread i owns element (h, d) of a KV row, i = h * head_dim + d, and moves it for each depth in turn."""
     i = cuda.grid(1)
@@ -243,12 +265,20 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     return m, l, o
 
 
-def attention_merge_launch(m, l, o, stream=0):
-    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device; returns out [rows, Hq, hd]."""
+def attention_merge_launch(m, l, o, out=None, stream=0):
+    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device; returns out [rows, Hq, hd] (a new array,
+    or the one given)."""
     rows, heads, _, head_dim = o.shape
-    out = cuda.device_array((rows, heads, head_dim), np.float32, stream=stream)
+    out = cuda.device_array((rows, heads, head_dim), np.float32, stream=stream) if out is None else out
     attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out)
     return out
+
+
+def kv_write_launch(keys, values, new_keys, new_values, at, stream=0):
+    """Write new_keys, new_values [rows, Hkv, hd] to cache rows at [rows] (int32) of the device buffers keys and
+    values [N, Hkv, hd], in place; returns them."""
+    kv_write_kernel[blocks_for(new_keys.size), BLOCK, stream](keys, values, new_keys, new_values, at)
+    return keys, values
 
 
 def kv_compact_launch(keys, values, committed, path, stream=0):
@@ -372,6 +402,30 @@ def _compact_cases(mode, rng):
     return cases
 
 
+def _write_cases(mode, rng):
+    """A window's rows written after a stream's committed keys (rows, Hkv, hd, committed)."""
+    shapes = [(3, 1, 8, 5), (1, 2, 4, 0)] if mode == "sim" else [(1, 2, 256, 4095), (16, 2, 256, 8190),
+                                                                 (128, 2, 256, 872), (16, 4, 256, 0)]
+    cases = []
+    for rows, kv_heads, head_dim, committed in shapes:
+        cache = committed + rows + 3
+        cases.append((f"{rows} rows over {committed}", {
+            "keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
+            "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
+            "new_keys": rng.normal(size=(rows, kv_heads, head_dim)).astype(np.float32),
+            "new_values": rng.normal(size=(rows, kv_heads, head_dim)).astype(np.float32),
+            "at": np.arange(committed, committed + rows, dtype=np.int32)}))
+    return cases
+
+
+def _write_twin(keys, values, new_keys, new_values, at):
+    return kv_write(keys.copy(), values.copy(), new_keys, new_values, at)
+
+
+def _write_on_device(keys, values, new_keys, new_values, at):
+    return to_host(kv_write_launch(*(cuda.to_device(a) for a in (keys, values, new_keys, new_values, at))))
+
+
 def _compact_twin(keys, values, committed, path):
     return kv_compact(keys.copy(), values.copy(), committed, path)
 
@@ -393,6 +447,9 @@ CONTRACT = [
                 _merge_cases, {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks}),
     KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
                 lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS),
+    KernelCheck("kv_write", _write_twin, _write_on_device, _write_cases,
+                {"rows one position late": lambda i: {**i, "at": i["at"] + 1},
+                 "two swapped rows": swap_rows("new_keys")}),
     KernelCheck("kv_compact", _compact_twin, _compact_on_device, _compact_cases,
                 {"committed off by one": lambda i: {**i, "committed": i["committed"] + 1},
                  "a row's depth off by one": lambda i: {**i, "path": [i["path"][0]] + list(i["path"])},

@@ -63,14 +63,14 @@ def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail):
         new_tail[r - rows, c] = history_at(inputs, tail, taps[rows - 1, r - rows + 1], c)
 
 
-def causal_conv_launch(inputs, tail, weight, taps=None, stream=0):
+def causal_conv_launch(inputs, tail, weight, taps=None, out=None, stream=0):
     """inputs [rows, C], tail [K - 1, C], weight [C, K], taps [rows, K] int32 (None: a chain's, uploaded here) on
-    the device; returns (out, new tail), new arrays."""
+    the device; returns (out, new tail), new arrays (out the given [rows, C] array, if one is)."""
     rows, channels = inputs.shape
     kernel = weight.shape[1]
     if taps is None:
         taps = cuda.to_device(paths.conv_taps(paths.chain(rows), kernel), stream=stream)
-    out = cuda.device_array((rows, channels), np.float32, stream=stream)
+    out = cuda.device_array((rows, channels), np.float32, stream=stream) if out is None else out
     new_tail = cuda.device_array((kernel - 1, channels), np.float32, stream=stream)
     causal_conv_kernel[blocks_for((rows + kernel - 1) * channels), BLOCK, stream](inputs, tail, weight, taps, out,
                                                                                  new_tail)

@@ -170,8 +170,10 @@ def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, n
             new_state[h, n, j] = col[n]
 
 
-def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=None, in_place=False, stream=0):
-    """Run the rows from `state` [nv, dk, dv] on the device; returns (out, new state, (decay, delta, key)).
+def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=None, in_place=False, out=None,
+                         stream=0):
+    """Run the rows from `state` [nv, dk, dv] on the device; returns (out, new state, (decay, delta, key)); `out`,
+    if given, is the [rows, nv, dv] array the rows are written to.
 
     depths and path_slots are int32 device arrays (None: a chain's, uploaded here). The new state is a new array,
     or `state` itself when `in_place` (each thread reads its column, and rereads it for a rebuild, before it writes
@@ -184,7 +186,7 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
     if depths is None:
         depths = cuda.to_device(paths.depths(paths.chain(rows)), stream=stream)
         path_slots = cuda.to_device(paths.path_slots(paths.chain(rows)), stream=stream)
-    out = cuda.device_array((rows, nv, dv), np.float32, stream=stream)
+    out = cuda.device_array((rows, nv, dv), np.float32, stream=stream) if out is None else out
     new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
     log = (cuda.device_array((rows, nv), np.float32, stream=stream),
            cuda.device_array((rows, nv, dv), np.float32, stream=stream),

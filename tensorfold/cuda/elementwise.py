@@ -5,6 +5,9 @@ axis into a contiguous array.
     silu_mul(g, u)     = SiLU(g) * u           the SwiGLU MLP
     sigmoid_mul(x, g)  = x * sigmoid(g)        the output gate of full attention
     take_last(x, a, b) = x[..., a:b]           q | k | v out of the conv output, query | gate out of q_proj
+    copy_rows(d, s, a) : d[a:a + len(s)] = s   streams' rows side by side; a state written over in place
+
+copy_rows is a kernel rather than a driver copy so that a recorded round (graphs.py) holds nothing but launches.
 
 Mapping (the kernels): one thread per output element (i = cuda.grid(1)); each element is computed alone, so
 there is no order to keep.
@@ -13,7 +16,7 @@ import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
-from .common import BLOCK, blocks_for, to_host
+from .common import BLOCK, blocks_for, swap_rows, to_host
 from .fmath import sigmoid32, sigmoid32_twin, silu32, silu32_twin
 from .launch import kernel
 
@@ -34,7 +37,12 @@ def take_last(x, start, stop):
     return np.ascontiguousarray(x[..., start:stop])
 
 
-# --- the kernels (arrays flattened to 1-D; take_last works on [vectors, width]) ------------------------------------
+def copy_rows(dst, src, start):
+    dst[start:start + len(src)] = src
+    return dst
+
+
+# --- the kernels (arrays flattened to 1-D; take_last works on [vectors, width]; copy_rows on [rows, width]) -------
 
 @kernel
 def add_kernel(a, b, out):
@@ -65,6 +73,14 @@ def take_last_kernel(x, start, out):
         out[vector, k] = x[vector, start + k]
 
 
+@kernel
+def copy_rows_kernel(dst, src, start):
+    i = cuda.grid(1)
+    if i < src.size:
+        row, k = i // src.shape[1], i % src.shape[1]
+        dst[start + row, k] = src[row, k]
+
+
 def launch_elementwise(kernel, first, second, stream=0):
     """Launch a two-input elementwise kernel over arrays of one shape; returns the output in that shape."""
     out = cuda.device_array(first.size, np.float32, stream=stream)
@@ -78,6 +94,16 @@ def take_last_launch(x, start, stop, stream=0):
     out = cuda.device_array((vectors, stop - start), np.float32, stream=stream)
     take_last_kernel[blocks_for(out.size), BLOCK, stream](x.reshape(vectors, width), start, out)
     return out.reshape(tuple(x.shape)[:-1] + (stop - start,))
+
+
+def copy_rows_launch(dst, src, start, stream=0):
+    """Copy device src [rows, ...] over dst[start:start + rows] (same trailing shape), in place; returns dst."""
+    rows = dst.shape[0]
+    if src.size:
+        copy_rows_kernel[blocks_for(src.size), BLOCK, stream](dst.reshape(rows, dst.size // rows),
+                                                              src.reshape(src.shape[0], src.size // src.shape[0]),
+                                                              start)
+    return dst
 
 
 # --- the contract ---------------------------------------------------------------------------------------------------
@@ -110,6 +136,14 @@ def _take_cases(mode, rng):
             for shape, a, b in shapes]
 
 
+def _copy_cases(mode, rng):
+    shapes = [((5, 2, 3), 2, 1)] if mode == "sim" else [((64, 8, 256), 16, 40), ((16, 128, 128), 16, 0),
+                                                        ((3, 6144), 1, 2)]
+    return [(f"{rows} rows of {shape} at {start}", {"dst": rng.normal(size=shape).astype(np.float32),
+                                                     "src": rng.normal(size=(rows,) + shape[1:]).astype(np.float32),
+                                                     "start": start}) for shape, rows, start in shapes]
+
+
 CONTRACT = [
     _pair_check("add", add, add_kernel),
     _pair_check("silu_mul", silu_mul, silu_mul_kernel),
@@ -118,4 +152,9 @@ CONTRACT = [
                 launch=lambda x, start, stop: to_host(take_last_launch(cuda.to_device(x), start, stop)),
                 cases=_take_cases,
                 controls={"slice off by one": lambda i: {**i, "start": i["start"] + 1, "stop": i["stop"] + 1}}),
+    KernelCheck("copy_rows", twin=lambda dst, src, start: copy_rows(dst.copy(), src, start),
+                launch=lambda dst, src, start: to_host(copy_rows_launch(cuda.to_device(dst), cuda.to_device(src), start)),
+                cases=_copy_cases,
+                controls={"one row late": lambda i: {**i, "start": i["start"] + 1} if i["start"] + len(i["src"]) <
+                          len(i["dst"]) else None, "two swapped rows": swap_rows("src")}),
 ]

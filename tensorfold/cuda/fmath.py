@@ -10,11 +10,20 @@ Two things break bit-equality between a NumPy twin and a CUDA kernel:
   the rounded values agree except where a float64 result sits within an ulp of a float32 rounding boundary (the
   kernel tests measure how often: never, over the inputs the model produces).
 
+The GEMV's multiply-adds, 16 rows times every weight of the model in a decode round, are too many to pay for
+float64 conversions: there `fma_rn` is the GPU's own single-rounding float32 FMA (`fma.rn.f32`), and its twin
+computes the same single rounding with NumPy: the float64 product is exact, and the float64 sum is *rounded to
+odd* (to the neighbour whose last bit is 1 whenever the sum is inexact), after which rounding to float32 gives the
+correctly rounded exact value (float64 carries more than 24 + 2 bits; Boldo and Melquiond, "When double rounding
+is odd", 2005). `fma32` rounds twice (to float64, then float32), `fma_rn` once: they are different functions, each
+the same on every side.
+
 Kernels call the device functions; twins call `fma32.py_func` (its body is plain casts and arithmetic, so it
 runs on arrays) and the `*_twin` array versions of the transcendentals, which evaluate the same float64
 expressions with NumPy. The contract sweeps every pair over the inputs the model can produce.
 """
 import math
+import os
 
 import numpy as np
 from numba import cuda
@@ -23,11 +32,62 @@ from ..contract import KernelCheck
 from .common import BLOCK, blocks_for
 from .launch import kernel
 
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
 
 @cuda.jit(device=True)
 def fma32(a, b, c):
     """a * b + c with one rounding to float32 (its body runs on NumPy arrays too: twins call fma32.py_func)."""
     return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def odd_sum(p, c):
+    """p + c (float64 arrays or scalars) rounded to odd: the round-to-nearest sum, moved one ulp towards the exact
+    sum when it is inexact and its last bit is 0. TwoSum gives the exact error of the rounded sum."""
+    p, c = np.asarray(p, np.float64), np.asarray(c, np.float64)
+    s = p + c
+    v = s - p
+    error = (p - (s - v)) + (c - v)  # s + error == p + c exactly
+    bits = s.view(np.int64)  # consecutive floats of one sign have consecutive bit patterns, magnitude upwards
+    towards = np.where(np.signbit(error) == np.signbit(s), 1, -1)  # the bit pattern's step towards the exact sum
+    return np.where((error != 0) & ((bits & 1) == 0), (bits + towards).view(np.float64), s)
+
+
+FLOAT32_TAIL = (1 << 29) - 1  # the float64 mantissa bits below float32's last one
+FLOAT32_HALFWAY = 1 << 28  # those bits at a value halfway between two float32 neighbours
+SMALLEST_NORMAL32 = 2.0 ** -126  # below it, float32's spacing is fixed and halfway values look different
+
+
+def round_once(p, c):
+    """p + c rounded once to float32, for float64 p and c whose exact sum float64 may not hold (p an exact
+    product).
+
+    Rounding the float64 sum s to float32 goes wrong only when s sits exactly halfway between two float32 values
+    and is inexact: were a halfway value strictly between s and the exact sum, it would be a float64 nearer the
+    exact sum than s. So the round-to-odd sum is needed only there (and for tiny nonzero sums, where halfway
+    values have another bit pattern); elsewhere s rounds right, and the twins stay cheap."""
+    s = np.asarray(p, np.float64) + c
+    suspect = ((s.view(np.int64) & FLOAT32_TAIL) == FLOAT32_HALFWAY) | ((np.abs(s) < SMALLEST_NORMAL32) & (s != 0))
+    if suspect.any():
+        s = np.where(suspect, odd_sum(p, c), s)
+    return s.astype(np.float32)
+
+
+def fma_rn_twin(a, b, c):
+    """a * b + c rounded once to float32, on arrays: the exact float64 product, then `round_once`."""
+    return round_once(np.asarray(a, np.float64) * np.asarray(b, np.float64), np.asarray(c, np.float64))
+
+
+if SIMULATED:  # the simulator's cuda.fma rounds the product and the sum separately: use the twin's arithmetic
+    @cuda.jit(device=True)
+    def fma_rn(a, b, c):
+        """a * b + c with one rounding to float32 (fma.rn.f32); here, the twin's emulation of it."""
+        return np.float32(fma_rn_twin(a, b, c))
+else:
+    @cuda.jit(device=True)
+    def fma_rn(a, b, c):
+        """a * b + c with one rounding to float32: the GPU's fma.rn.f32 (all three arguments float32)."""
+        return cuda.fma(a, b, c)
 
 
 @cuda.jit(device=True)
@@ -161,5 +221,38 @@ def _one_ulp_up(inputs):
     return {"x": np.nextafter(inputs["x"], np.float32(np.inf))}
 
 
+@kernel
+def fma_rn_kernel(a, b, c, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[i] = fma_rn(a[i], b[i], c[i])
+
+
+def _fma_cases(mode, rng):
+    """Triples where one rounding and two differ: products exactly halfway between two float32 values (a = b =
+    1 + 2^-12 gives 1 + 2^-11 + 2^-24) plus a term far below float64's last bit of them, either sign or none;
+    cancellations (c close to -a * b); and random triples over a wide range of magnitudes."""
+    halfway = np.float32(1 + 2 ** -12)
+    tiny = np.array([2.0 ** -80, -2.0 ** -80, 0.0, 2.0 ** -60, -2.0 ** -100], np.float32)
+    crafted = [(np.full(tiny.size, halfway), np.full(tiny.size, halfway), tiny),
+               (np.full(tiny.size, -halfway), np.full(tiny.size, halfway), -tiny)]
+    n = 300 if mode == "sim" else 1 << 22
+    a = (rng.normal(size=n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    b = (rng.normal(size=n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    near = (-(a.astype(np.float64) * b) * (1 + rng.normal(size=n) * 1e-7)).astype(np.float32)
+    wide = (rng.normal(size=n) * np.exp2(rng.integers(-60, 20, n))).astype(np.float32)
+    parts = crafted + [(a, b, near), (a, b, wide)]
+    return [("halfway products, cancellations, random", {
+        name: np.concatenate([part[i] for part in parts]).astype(np.float32) for i, name in enumerate("abc")})]
+
+
+def _fma_launch(a, b, c):
+    out = cuda.device_array(a.size, np.float32)
+    fma_rn_kernel[blocks_for(a.size), BLOCK](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out)
+    return out.copy_to_host()
+
+
 CONTRACT = [KernelCheck("exp32, sigmoid32, silu32, softplus32, fma32, sqrt32", transcendentals, _launch, _sweep,
-                        {"inputs one ulp up": _one_ulp_up})]
+                        {"inputs one ulp up": _one_ulp_up}),
+            KernelCheck("fma_rn", fma_rn_twin, _fma_launch, _fma_cases,
+                        {"c's sign flipped": lambda i: {**i, "c": -i["c"]}})]

@@ -2,7 +2,7 @@
 
 The order of the sums: the columns are cut into chunks of CHUNK = 8 (one uint32 of 4-bit codes), and each output
 has THREADS = 32 threads. Thread t walks the chunks t, t + THREADS, t + 2 * THREADS, ..., each chunk's columns in
-order, adding `fma32(w, x, acc)` into one float32 accumulator per row; then the THREADS partial sums are added in
+order, adding `fma_rn(w, x, acc)` (one float32 rounding, fmath.py) into one float32 accumulator per row; then the THREADS partial sums are added in
 the halving tree of `tree_sum`. The order depends only on K, never on how many rows the round has, so a prompt of
 300 rows and 300 one-row steps give the same bits; and it is the same for every weight format, so a bf16 or 4-bit
 weight gives the bits of its float32 values.
@@ -30,7 +30,7 @@ no syncwarp.
 Weights are dequantized inside the loop, chunk by chunk, and never materialised:
 
 * bf16: the 16 stored bits are the top half of the float32 (`bits << 16`), exact.
-* affine (MLX): column `k` of output `o` is `fma32(scales[o, g], q, biases[o, g])` with `g = k // group_size` and
+* affine (MLX): column `k` of output `o` is `fma_rn(scales[o, g], q, biases[o, g])` with `g = k // group_size` and
   the code `q` taken from the packed uint32 word `k // (32 // bits)` at bit offset `bits * (k % (32 // bits))`
   (element 0 in the lowest bits). MLX's group sizes (32, 64, 128) are multiples of CHUNK, so a chunk has one
   scale and one bias.
@@ -40,7 +40,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
-from .fmath import fma32, tree_sum
+from .fmath import fma_rn, fma_rn_twin, round_once, tree_sum
 from .launch import kernel
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
@@ -66,8 +66,8 @@ def affine_rows(packed, scales, biases, bits, group_size, outs):
     words = packed[outs]  # [rows, K / per_word]
     shifts = np.arange(per_word, dtype=np.uint32) * np.uint32(bits)  # element e of a word sits at bit bits * e
     codes = ((words[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)).reshape(len(words), -1)
-    return fma32.py_func(np.repeat(scales[outs], group_size, axis=1), codes.astype(np.float32),
-                         np.repeat(biases[outs], group_size, axis=1))
+    return fma_rn_twin(np.repeat(scales[outs], group_size, axis=1), codes.astype(np.float32),
+                       np.repeat(biases[outs], group_size, axis=1))
 
 
 def walk_order(in_features):
@@ -82,8 +82,8 @@ def gemv(x, weight_rows, out_features):
     """The twin: y[r, o] for every row of `x` [rows, K], reading weight rows through `weight_rows(outs)`.
 
     The twin takes a tile of outputs at a time (for memory), lays the columns out in walk order, forms a round's
-    products at once (exact in float64) and runs the round's steps, each one NumPy pass over (thread, row, output)
-    that adds in float64 and rounds once to float32: `fma32`.
+    products at once (exact in float64) and runs the round's steps, each a few NumPy passes over (thread, row,
+    output) that add in float64 and round once to float32 (`round_once`): `fma_rn`.
     """
     rows, in_features = np.shape(x)
     order = walk_order(in_features)
@@ -100,7 +100,7 @@ def gemv(x, weight_rows, out_features):
             begin = 0
             for e in range(CHUNK):  # step e: thread t takes column e of its chunk (threads past the end: nothing)
                 live = -(-(stop - start - e) // CHUNK)
-                np.add(products[begin:begin + live], partial[:live], out=partial[:live], casting="same_kind")
+                partial[:live] = round_once(products[begin:begin + live], partial[:live])
                 begin += live
         y[:, outs] = tree_sum(np.moveaxis(partial, 0, -1))
     return y
@@ -143,7 +143,7 @@ def accumulate_step(x, weights, c, first, rows, acc):
             for e in range(CHUNK):
                 k = (c + i * THREADS) * CHUNK + e
                 if k < x.shape[1]:  # a chunk past the last column was loaded (clamped) but adds nothing
-                    total = fma32(weights[i * CHUNK + e], x[first + r, k], total)
+                    total = fma_rn(weights[i * CHUNK + e], x[first + r, k], total)
         acc[r] = total
 
 
@@ -246,7 +246,7 @@ def gemv_affine_kernel(x, packed, scales, biases, bits, group_size, y):
             for i in range(STEP):  # phase 1b: dequantize them (a code is a small integer: exact as float64)
                 for e in range(CHUNK):
                     code = (codes[i] >> np.uint64(bits * e)) & np.uint64((1 << bits) - 1)
-                    weights[i * CHUNK + e] = fma32(scale[i], np.float64(code), bias[i])
+                    weights[i * CHUNK + e] = fma_rn(scale[i], np.float32(code), bias[i])
             accumulate_step(x, weights, c, first, rows, acc)  # phase 2
     partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
     warp_tree_sum(partial[warp], acc, rows, t)
@@ -291,7 +291,7 @@ def embed_affine_kernel(ids, packed, scales, biases, bits, group_size, out):
         per_word = 32 // bits
         code = (packed[ids[r], k // per_word] >> np.uint32(bits * (k % per_word))) & np.uint32((1 << bits) - 1)
         g = k // group_size
-        out[r, k] = fma32(scales[ids[r], g], np.float32(code), biases[ids[r], g])
+        out[r, k] = fma_rn(scales[ids[r], g], np.float32(code), biases[ids[r], g])
 
 
 def launch_embed(kernel, ids, in_features, *weight_args, stream=0):

@@ -10,15 +10,21 @@ a scalar's Python type), the compiled kernel and one small packing function per 
 layout goes through numba (which compiles); later ones pack the arguments as numba's `_prepare_args` does for
 device arrays and scalars (for an array: meminfo 0, parent 0, size, itemsize, data pointer, shape, strides in bytes)
 and call the same `cuda.core.launch`. The kernels, their arguments and their order on the stream are unchanged:
-only the host's bookkeeping is cached. Under numba's CUDA simulator the kernel is returned as it is.
+only the host's bookkeeping is cached. Under numba's CUDA simulator, or with TENSORFOLD_CACHED_LAUNCH=0, every
+launch takes numba's path.
 
 Anything else (a host NumPy array handed to a kernel, an argument type seen for the first time) takes numba's path.
+
+Every launch also reports to an open CUDA graph recording (graphs.py), which keeps its arguments alive, and in the
+simulator records the launch instead of running it.
 """
 import ctypes
 import functools
 import os
 
 from numba import cuda
+
+from . import graphs
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 if not SIMULATED:
@@ -66,10 +72,11 @@ def packer(numba_type):
 
 
 class CachedLaunch:
-    """A `@cuda.jit` kernel launched through a per-layout cache (see the module's docstring)."""
+    """A `@cuda.jit` kernel launched through a per-layout cache (see the module's docstring), or always through
+    numba when not `cached`."""
 
-    def __init__(self, dispatcher):
-        self.dispatcher = dispatcher
+    def __init__(self, dispatcher, cached=True):
+        self.dispatcher, self.cached = dispatcher, cached
         self.py_func = dispatcher.py_func  # the twins call kernels' device functions through py_func
         self.compiled = {}  # layout keys -> (cuda.core kernel, argument packers)
         functools.update_wrapper(self, dispatcher.py_func)
@@ -79,6 +86,12 @@ class CachedLaunch:
         return functools.partial(self.launch, grid, block, stream, shared)
 
     def launch(self, grid, block, stream, shared, *args):
+        recording = graphs.recording()
+        if recording is not None and recording.take(self.dispatcher, (grid, block, stream, shared), args):
+            return
+        if not self.cached:
+            self.dispatcher[grid, block, stream, shared](*args)
+            return
         keys = tuple(layout_key(a) for a in args)
         entry = self.compiled.get(keys) if None not in keys else None
         if entry is None:
@@ -107,10 +120,8 @@ class CachedLaunch:
 
 
 def kernel(function):
-    """`@cuda.jit` for a kernel, launched through CachedLaunch on a GPU; numba's own dispatcher under the simulator
-    or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves)."""
-    dispatcher = cuda.jit(function)
-    if SIMULATED or os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") == "0":
-        return dispatcher
-    return CachedLaunch(dispatcher)
+    """`@cuda.jit` for a kernel, launched through CachedLaunch: cached on a GPU; through numba's own dispatcher under
+    the simulator or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves)."""
+    cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
+    return CachedLaunch(cuda.jit(function), cached)
 

@@ -20,6 +20,7 @@ be overwritten.
 import dataclasses
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -70,14 +71,17 @@ class StreamState:
         self.max_rows = max_rows  # key/value buffers never grow past this (the engine's context), if set
         self.length = 0
         self.window_rows = 0  # rows of the last forward not yet kept or dropped
+        self.kept_on_device = False  # a replayed decode graph has already written its one row into the cache
         self.pending_rows = 0  # kept DeltaNet rows not yet applied to `recurrent` (the same count in every layer)
         self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
+        self.home = {}  # layer -> (state, tail): the buffers `settle` copies the DeltaNet results into
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
                 self.recurrent[i] = ops.zeros((c.linear_num_value_heads, c.linear_key_head_dim,
                                                c.linear_value_head_dim))
                 self.conv_tail[i] = ops.zeros((c.linear_conv_kernel_dim - 1, c.conv_dim))
+                self.home[i] = (self.recurrent[i], self.conv_tail[i])
             else:
                 self.keys[i] = ops.zeros((0, c.num_key_value_heads, c.head_dim))
                 self.values[i] = ops.zeros((0, c.num_key_value_heads, c.head_dim))
@@ -124,7 +128,43 @@ class StreamState:
         pending buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do
         not fit; then the state is written at once."""
         assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
+        if self.kept_on_device:  # a decode graph's round: the device holds the row already, count it
+            assert n == 1, "a decode graph's round keeps its one row"
+            self.kept_on_device = False
+            self._committed(1, deferred=False)
+            return
         self._keep(list(range(n)), write_back)
+
+    def reserve(self, rows: int) -> None:
+        """Make room for `rows` more key/value rows past the committed length (growing buffers before a forward
+        that must not grow them: a recorded decode round)."""
+        for i in self.keys:
+            self.keys[i] = self.ops.reserve_rows(self.keys[i], self.length, self.length + rows, self.max_rows)
+            self.values[i] = self.ops.reserve_rows(self.values[i], self.length, self.length + rows, self.max_rows)
+
+    def settle(self) -> None:
+        """Put the DeltaNet states and conv tails back in the stream's own buffers: an eager keep points them at the
+        scan's outputs, and a recorded decode round needs the same addresses from round to round."""
+        for i, (state, tail) in self.home.items():
+            if self.recurrent[i] is not state:
+                self.ops.copy_into(state, self.recurrent[i])
+                self.recurrent[i] = state
+            if self.conv_tail[i] is not tail:
+                self.ops.copy_into(tail, self.conv_tail[i])
+                self.conv_tail[i] = tail
+
+    def commit_in_place(self) -> None:
+        """Write the last one-row window's DeltaNet state and conv tail over the stored ones, in place (a recorded
+        decode round, whose replays must find the next round's state at the same addresses)."""
+        assert self.window_rows == 1 and not self.pending_rows, "in-place commits are for one-row windows"
+        for i, record in self.records.items():
+            if record.after is not self.recurrent[i]:  # the scan wrote it in place already, if asked to
+                self.ops.copy_into(self.recurrent[i], record.after)
+            self.ops.copy_into(self.conv_tail[i], record.new_tail)
+
+    def buffers(self) -> tuple:
+        """Every device buffer of the cache: a recorded round is valid while these are the same objects."""
+        return (*self.recurrent.values(), *self.conv_tail.values(), *self.keys.values(), *self.values.values())
 
     def keep_path(self, path: list) -> None:
         """Commit a tree window's rows along `path` (the root, then each kept row a child of the one before)."""
@@ -174,6 +214,36 @@ class RowMaps:
     conv_taps: object  # [rows, K] int32: row r's conv window, as rows of [conv tail; window inputs]
 
 
+_CHAIN_MAPS = weakref.WeakKeyDictionary()  # backend -> {rows: RowMaps}: a chain's maps depend only on its length
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundInputs:
+    """The per-row integers of a round, on the backend, uploaded once: each row's token id, its position (its
+    stream's length + its depth), the keys it reads (position + 1), and the cache row its key and value go to (its
+    stream's length + its slot in the window). A recorded decode round (graphs.py) reads them from a buffer that
+    is rewritten before each replay."""
+    ids: object
+    positions: object
+    n_keys: object
+    write_at: object
+    recorded: bool = False  # the attention's chunks cover each stream's whole cache (key counts change per replay)
+
+    @staticmethod
+    def table(windows) -> np.ndarray:
+        """[4, rows] int32 on the host: ids, positions, n_keys and write_at, window after window."""
+        ids = np.concatenate([np.asarray(win.ids) for win in windows])
+        positions = np.concatenate([win.positions for win in windows])
+        write_at = np.concatenate([win.state.length + np.arange(len(win.ids)) for win in windows])
+        return np.stack([ids, positions, positions + 1, write_at]).astype(np.int32)
+
+    @classmethod
+    def on(cls, ops, table, recorded=False) -> "RoundInputs":
+        """The inputs over a [4, rows] table on the backend (uploaded if it is a host array)."""
+        table = ops.upload(table) if isinstance(table, np.ndarray) else table
+        return cls(table[0], table[1], table[2], table[3], recorded)
+
+
 @dataclasses.dataclass
 class Window:
     """One stream's rows in a round: `ids` continue `state`; logits for "all" rows or the "last".
@@ -204,7 +274,16 @@ class Window:
 
     @functools.cached_property
     def maps(self) -> RowMaps:
-        """The index maps, built and uploaded once a round (they do not depend on the stream's length)."""
+        """The index maps, built and uploaded once a round (they do not depend on the stream's length); a chain's
+        once per backend and length."""
+        if self.parents is None:
+            chains = _CHAIN_MAPS.setdefault(self.state.ops, {})
+            if len(self.ids) not in chains:
+                chains[len(self.ids)] = self._build_maps()
+            return chains[len(self.ids)]
+        return self._build_maps()
+
+    def _build_maps(self) -> RowMaps:
         parents, ops = self.parent_rows, self.state.ops
         width = self.state.config.linear_conv_kernel_dim
         return RowMaps(ops.upload(paths.depths(parents)), ops.upload(paths.path_slots(parents)),
@@ -236,24 +315,27 @@ class Qwen35:
         state.keep(len(ids), write_back=True)
         return logits
 
-    def forward_round(self, windows: list, taps: tuple = ()) -> list:
+    def forward_round(self, windows: list, taps: tuple = (), inputs: RoundInputs | None = None) -> list:
         """Run every window of a round in one pass; returns each window's logits. Nothing is kept yet.
 
         `taps` names layers whose outputs (the residual stream after the layer, before the final norm) a block
-        drafter reads: each window's `features` gets them, one [rows, hidden] array per tapped layer."""
+        drafter reads: each window's `features` gets them, one [rows, hidden] array per tapped layer. `inputs` are
+        the round's integers on the backend (by default uploaded from the windows)."""
         c, w, ops = self.config, self.weights, self.ops
         bounds = np.cumsum([0] + [len(win.ids) for win in windows])
         spans = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         for win in windows:
             assert win.ids and win.state.window_rows == 0, "a stream runs one non-empty window per round"
+        inputs = inputs or RoundInputs.on(ops, RoundInputs.table(windows))
+        for win in windows:
             win.state.window_rows = len(win.ids)
-        h = ops.embed(np.concatenate([np.asarray(win.ids) for win in windows]), w["embed_tokens.weight"])
+        h = ops.embed(inputs.ids, w["embed_tokens.weight"])
         tapped = {}
         for i, kind in enumerate(c.layer_types):
             p = f"layers.{i}."
             x = ops.rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
             mixer = self.deltanet if kind == "linear_attention" else self.attention
-            h = ops.add(h, mixer(x, windows, spans, i))
+            h = ops.add(h, mixer(x, windows, spans, i, inputs))
             x = ops.rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
             h = ops.add(h, self.mlp(x, p + "mlp."))
             if i in taps:
@@ -261,7 +343,12 @@ class Qwen35:
         for win, (a, b) in zip(windows, spans):
             win.features = [tapped[i][a:b] for i in taps] if taps else None
         wanted = [(a, b) if win.logits_for == "all" else (b - 1, b) for win, (a, b) in zip(windows, spans)]
-        rows = ops.concat_rows([h[a:b] for a, b in wanted]) if len(windows) > 1 else h[wanted[0][0]:wanted[0][1]]
+        if all(win.logits_for == "all" for win in windows):  # every row: h as it is
+            rows = h
+        elif len(windows) == 1:
+            rows = h[wanted[0][0]:wanted[0][1]]
+        else:
+            rows = ops.concat_rows([h[a:b] for a, b in wanted])
         logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps), self.lm_head)
         counts = np.cumsum([0] + [b - a for a, b in wanted])
         return [logits[int(a):int(b)] for a, b in zip(counts[:-1], counts[1:])]
@@ -272,43 +359,50 @@ class Qwen35:
         up = ops.linear(x, w[p + "up_proj.weight"])
         return ops.linear(ops.silu_mul(gate, up), w[p + "down_proj.weight"])
 
-    def deltanet(self, x, windows, spans, i):
-        """A Gated DeltaNet layer: projections, causal conv, L2-normed q/k, gated delta rule, gated norm, out."""
+    def deltanet(self, x, windows, spans, i, inputs):
+        """A Gated DeltaNet layer: projections, causal conv, L2-normed q/k, gated delta rule, gated norm, out.
+
+        The conv and the scan read each stream's own history, so they run window by window (each row's conv
+        window is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's
+        state), writing their rows into arrays of the whole round; everything else runs once over every row."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
-        rows, nv, dv = x.shape[0], c.linear_num_value_heads, c.linear_value_head_dim
+        nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
+        rows, several = x.shape[0], len(windows) > 1
         mixed = ops.linear(x, w[p + "in_proj_qkv.weight"])  # [rows, C]: q | k | v, each head-major
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
         decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
                                          ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
-        outs = [self.deltanet_window(win, mixed[a:b], decay[a:b], beta[a:b], i) for win, (a, b) in zip(windows, spans)]
-        out = ops.concat_rows(outs) if len(outs) > 1 else outs[0]
+        conv = ops.empty((rows, c.conv_dim)) if several else None
+        tails = []
+        for win, (a, b) in zip(windows, spans):
+            rows_out, new_tail = ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
+                                                 win.maps.conv_taps, out=conv[a:b] if several else None)
+            conv = conv if several else rows_out
+            tails.append(new_tail)
+        q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(rows, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
+        k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(rows, nk, dk), L2NORM_EPS)
+        v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(rows, nv, dv)
+        out = ops.empty((rows, nv, dv)) if several else None
+        for win, (a, b), new_tail in zip(windows, spans, tails):
+            state, maps = win.state, win.maps
+            start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
+            # A recorded decode round writes the new state over the stored one (graphs.py); otherwise the keep
+            # decides which state the stream goes on from.
+            rows_out, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
+                                                     maps.depths, maps.path_slots, out=out[a:b] if several else None,
+                                                     in_place=inputs.recorded)
+            out = out if several else rows_out
+            state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
 
-    def deltanet_window(self, win, mixed, decay, beta, i):
-        """One window through the conv and the scan, which read the stream's own history: each row's conv window
-        is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's state.
-        Records what a keep needs; returns the scan's output rows."""
-        c, ops, state, maps = self.config, self.ops, win.state, win.maps
-        nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
-        n = mixed.shape[0]
-        weight = self.weights[f"layers.{i}.linear_attn.conv1d.weight"]
-        conv, new_tail = ops.causal_conv(mixed, state.conv_tail[i], weight, maps.conv_taps)
-        q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(n, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
-        k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(n, nk, dk), L2NORM_EPS)
-        v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(n, nv, dv)
-        start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-        out, after, log = ops.deltanet_scan(start, q, k, v, decay, beta, maps.depths, maps.path_slots)
-        state.records[i] = DeltaNetRecord(start, after, log, mixed, state.conv_tail[i], new_tail)
-        return out
-
-    def attention(self, x, windows, spans, i):
+    def attention(self, x, windows, spans, i, inputs):
         """A gated full-attention layer: q/gate interleaved per head, q/k norms, partial RoPE, GQA, sigmoid gate."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.self_attn."
         rows, heads, kv_heads, hd = x.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        positions = np.concatenate([win.positions for win in windows])
+        positions = inputs.positions
         q_and_gate = ops.linear(x, w[p + "q_proj.weight"]).reshape(rows, heads, 2 * hd)  # per head: query, gate
         q = ops.take_last(q_and_gate, 0, hd)
         gate = ops.take_last(q_and_gate, hd, 2 * hd).reshape(rows, heads * hd)
@@ -316,13 +410,20 @@ class Qwen35:
         v = ops.linear(x, w[p + "v_proj.weight"]).reshape(rows, kv_heads, hd)
         q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
-        outs = []
+        out = ops.empty((rows, heads, hd)) if len(windows) > 1 else None
         for win, (a, b) in zip(windows, spans):  # each row reads its stream's committed keys, then its path's
-            state = win.state
-            state.keys[i] = ops.append_rows(state.keys[i], state.length, k[a:b], state.max_rows)  # at length + slot
-            state.values[i] = ops.append_rows(state.values[i], state.length, v[a:b], state.max_rows)
-            partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], win.positions + 1,
-                                            1.0 / math.sqrt(hd), state.length, win.maps.path_slots)
-            outs.append(ops.attention_merge(*partial))
-        out = (ops.concat_rows(outs) if len(outs) > 1 else outs[0]).reshape(rows, heads * hd)
+            state, scale = win.state, 1.0 / math.sqrt(hd)
+            state.reserve(b - a)
+            ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])  # at length + slot
+            # Chunks for the row that reads the most keys; a recorded round's cover the cache (lengths change).
+            max_keys = None if inputs.recorded else state.length + len(win.ids)
+            if win.parents is None:  # a chain's keys sit in order: every row reads cache rows 0 .. n - 1 in place
+                partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
+                                                max_keys=max_keys)
+            else:
+                partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
+                                                state.length, win.maps.path_slots, max_keys=max_keys)
+            merged = ops.attention_merge(*partial, out=out[a:b] if len(windows) > 1 else None)
+            out = out if len(windows) > 1 else merged
+        out = out.reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])

@@ -1,0 +1,120 @@
+"""CUDA graphs: the launches of a round recorded once, then replayed each round by one driver call.
+
+A decode round launches a few hundred kernels and numba spends tens of microseconds of host time on each, while
+most of those kernels run for a few microseconds on the GPU. A CUDA graph records the round's launches (each
+kernel, its grid, and its arguments: every device pointer and every scalar, fixed) and the driver replays all of
+them from one call. So a recorded round is only right if everything that changes from one round to the next is
+read from device memory at a fixed address (the round's token ids and positions) and everything the next round
+needs is written in place (the DeltaNet states, the conv tails, the keys and values at a device-held position).
+tensorfold/model/graphs.py builds decode rounds that way; this file records and replays them.
+
+* On a GPU, `Recording` captures the backend's numba stream (`cuStreamBeginCapture`, relaxed mode, so that the
+  device pool may still allocate from the driver) and `Graph.replay` is one `cuGraphLaunch` on the same stream.
+  Captured launches do not run: the first replay computes the recorded round.
+* Under numba's CUDA simulator there is no driver, so `Recording` keeps the list of launches (kernel, grid,
+  arguments) without running them and `Graph.replay` runs that list: the same rule, every argument fixed when it
+  was recorded, so the CPU tests check that a recorded round reads nothing the host would have to pass anew.
+
+While a recording is open, every kernel launch (tensorfold/cuda/launch.py) reports its arguments here and the graph
+keeps them: an array a graph reads or writes stays alive as long as the graph does, so the device pool cannot hand
+its memory to another array. Only kernel launches may be recorded: the backend refuses uploads, downloads and
+copies while a recording is open (`CaptureError`), because a replay would not repeat them.
+"""
+import os
+import weakref
+
+from ..errors import TensorfoldError
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+if not SIMULATED:
+    from cuda.bindings import driver as cu
+
+_open = None  # the Recording in progress, if any (the engine records on its own thread, one round at a time)
+
+
+class CaptureError(TensorfoldError):
+    """Work that a graph cannot record was issued while a recording was open."""
+
+
+def recording():
+    """The open Recording, or None."""
+    return _open
+
+
+def refuse(what: str) -> None:
+    """Raise CaptureError if a recording is open: `what` (a copy, an upload) could not be replayed."""
+    if _open is not None:
+        raise CaptureError(f"{what} while recording a CUDA graph: a replay would not repeat it")
+
+
+def _check(result):
+    """A cuda.bindings call's result: raise on an error code, else the values after it."""
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if error != cu.CUresult.CUDA_SUCCESS:
+        raise TensorfoldError(f"CUDA graph call failed: {error!r}")
+    return values[0] if len(values) == 1 else values
+
+
+class Recording:
+    """`with Recording(stream) as r:` records the kernel launches issued inside; then `r.graph` replays them."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.held = []  # every launch's arguments: kept alive with the graph
+        self.launches = []  # the simulator's record: (kernel, launch configuration, arguments)
+        self.graph = None
+
+    def __enter__(self):
+        global _open
+        assert _open is None, "one recording at a time"
+        if not SIMULATED:
+            _check(cu.cuStreamBeginCapture(cu.CUstream(int(self.stream.handle or 0)),
+                                           cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        _open = self
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        global _open
+        _open = None
+        if SIMULATED:
+            if error is None:
+                self.graph = Graph(self.stream, self.held, self.launches)
+            return False
+        captured = _check(cu.cuStreamEndCapture(cu.CUstream(int(self.stream.handle or 0))))  # always: frees the stream
+        if error is not None:
+            _check(cu.cuGraphDestroy(captured))
+            return False
+        executable = _check(cu.cuGraphInstantiate(captured, 0))
+        self.graph = Graph(self.stream, self.held, self.launches, captured, executable)
+        return False
+
+    def take(self, kernel, configuration, arguments) -> bool:
+        """Note a launch; True when the caller must not launch it itself (the simulator records it instead)."""
+        self.held.append(arguments)
+        if SIMULATED:
+            self.launches.append((kernel, configuration, arguments))
+            return True
+        return False
+
+
+class Graph:
+    """A recorded round: `replay()` runs its launches again on the stream it was recorded on."""
+
+    def __init__(self, stream, held, launches, captured=None, executable=None):
+        self.stream, self.held, self.launches = stream, held, launches
+        self.nodes = len(held)
+        self.executable = executable
+        if executable is not None:
+            weakref.finalize(self, _destroy, captured, executable)
+
+    def replay(self) -> None:
+        if self.executable is None:
+            for kernel, configuration, arguments in self.launches:
+                kernel[configuration](*arguments)
+            return
+        _check(cu.cuGraphLaunch(self.executable, cu.CUstream(int(self.stream.handle or 0))))
+
+
+def _destroy(captured, executable) -> None:
+    cu.cuGraphExecDestroy(executable)
+    cu.cuGraphDestroy(captured)

@@ -1,0 +1,108 @@
+"""Decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py) compute the eager rounds' bits.
+
+Under --gpu the graphs are real (stream capture, cuGraphLaunch) on the lane tests' 0.8B-shaped model. Without it
+the `cuda` backend runs in numba's CUDA simulator at the micro config, where a graph is the recorded list of
+launches, each argument fixed when recorded: a round that would read a host value baked into the recording, or
+leave a state where the next replay does not look, gives different bits there as it would on a GPU. The planted
+controls show both.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tensorfold
+from tensorfold.engine import Engine, SamplingParams
+from tensorfold.model.graphs import DecodeGraphs
+from tensorfold.model.qwen35 import StreamState, Window
+
+
+@pytest.fixture(scope="module")
+def graph_model(request, on_gpu, tmp_path_factory):
+    """A model on the `cuda` backend: the lane tests' model on the GPU, the micro config in the simulator."""
+    if on_gpu:
+        return request.getfixturevalue("lanes_model")
+    request.getfixturevalue("simulated_device")
+    from conftest import sim_lanes_config
+    from tensorfold.model.tiny import make_tiny
+    folder = str(tmp_path_factory.mktemp("graphs"))
+    # The simulator's time goes to the head's GEMV: the smallest vocabulary the tiny tokenizer allows (263 ids).
+    make_tiny(folder, seed=3, fmt="hf", config=dataclasses.replace(sim_lanes_config(), vocab_size=264))
+    return tensorfold.load(folder, backend="cuda")
+
+
+PROMPTS = ([5, 17, 99, 3, 42, 7], [250, 8, 61])
+
+
+def decode(model, rounds: int, graphs: DecodeGraphs | None) -> list:
+    """Feed each prompt, then `rounds` decode rounds of both streams together (each fed its own greedy token);
+    returns the logits bytes of every round, stream by stream."""
+    net = model.net
+    states = [net.new_state(max_rows=64) for _ in PROMPTS]
+    net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
+    for state, prompt in zip(states, PROMPTS):
+        state.keep(len(prompt) - 1, write_back=True)
+    tokens = [p[-1] for p in PROMPTS]
+    seen = []
+    for _ in range(rounds):
+        windows = [Window(state, [token]) for state, token in zip(states, tokens)]
+        logits = graphs.run(windows) if graphs is not None else net.forward_round(windows)
+        rows = [model.backend.to_host(lg) for lg in logits]
+        for state in states:
+            state.keep(1)
+        seen.append(b"".join(r.tobytes() for r in rows))
+        tokens = [int(np.argmax(r[0])) for r in rows]
+    return seen
+
+
+@pytest.fixture(scope="module")
+def eager(graph_model):
+    """Three eager decode rounds: what every replay must give."""
+    return decode(graph_model, 3, None)
+
+
+def test_replayed_rounds_equal_eager_rounds(graph_model, eager):
+    graphs = DecodeGraphs(graph_model.net)
+    assert decode(graph_model, 3, graphs) == eager
+    assert (graphs.recorded, graphs.replayed) == (1, 3)  # recorded once, replayed every round
+
+
+def test_control_stale_inputs_are_caught(graph_model, eager, monkeypatch):
+    """Control: a replay that reads the round's integers of the recording (never rewritten) differs."""
+    graphs = DecodeGraphs(graph_model.net)
+    original = graph_model.backend.upload_into
+    fills = []
+
+    def only_first(dst, array):
+        if not fills:
+            original(dst, array)
+        fills.append(1)
+    monkeypatch.setattr(graph_model.backend, "upload_into", only_first)
+    got = decode(graph_model, 3, graphs)
+    assert got[0] == eager[0] and got[1:] != eager[1:]
+
+
+def test_control_state_left_out_of_place_is_caught(graph_model, eager, monkeypatch):
+    """Control: a recording whose DeltaNet states and conv tails are not written back in place differs."""
+    monkeypatch.setattr(StreamState, "commit_in_place", lambda self: None)
+    got = decode(graph_model, 3, DecodeGraphs(graph_model.net))
+    assert got[0] == eager[0] and got[1:] != eager[1:]
+
+
+def test_engine_graphs_on_equals_off(graph_model):
+    """The engine with graphs on and off: the same tokens, with drafted (eager) rounds between replayed ones, a
+    sampled request and a stream that finishes early (its lane's recording is replaced)."""
+    from tensorfold.drafters import NgramDrafter
+    requests = [(PROMPTS[0] + PROMPTS[0][:3], SamplingParams(max_tokens=6)),
+                (PROMPTS[1], SamplingParams(max_tokens=3, temperature=0.9, seed=11)),
+                (PROMPTS[1] + PROMPTS[0][:1], SamplingParams(max_tokens=5, draft=False))]
+    outputs = {}
+    for graphs in (False, True):
+        engine = Engine(graph_model, parallel=3, chunk=8, context=64, drafter=NgramDrafter(), graphs=graphs)
+        submitted = [engine.submit(prompt, params) for prompt, params in requests]
+        while any(r.finish_reason is None for r in submitted):
+            engine.run_round()
+        outputs[graphs] = [r.output for r in submitted]
+        if graphs:
+            assert engine.graphs.replayed > 0
+    assert outputs[True] == outputs[False]
