@@ -614,7 +614,8 @@ def report(results: dict) -> list:
             graphed = level.get("graph_rounds")
             replays = (f"; {graphed['replayed']} rounds replayed from {graphed['recorded']} CUDA graph recordings"
                        if graphed else "; CUDA graphs off")
-            lines.append(f"decode round, {streams(level['streams'])}: {level['ms_per_round']:.2f} ms measured{replays}; "
+            lines.append(f"decode round, {streams(level['streams'])}: {level['ms_per_round']:.2f} ms measured"
+                         f"{replays}; "
                          f"eager launch model {level['calls_per_round']:,} backend calls x "
                          f"{decode['us_per_call']:.1f} us = {level['launch_ms_per_round']:.2f} ms")
         ops = decode["ops"]

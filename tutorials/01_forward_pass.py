@@ -69,8 +69,9 @@ def show(label, array):
 # Matrices go through the GEMV twin
 # ---------------------------------
 # Every matrix product is `gemv`: one warp of 32 threads per output, each thread walking 8-column chunks
-# t, t + 32, ... with fma32, then a fixed tree over the 32 partial sums. 4-bit weights stay packed, eight codes
-# to a uint32 word, and are dequantized inside the loop: weight = scale * code + bias, per group of 64 columns.
+# t, t + 32, ... with fma_rn (one rounding), then a fixed tree over the 32 partial sums. 4-bit weights stay
+# packed, eight codes to a uint32 word, and are dequantized inside the loop: weight = scale * code + bias, per
+# group of 64 columns.
 
 
 def linear(x, name):

@@ -12,7 +12,8 @@ You will learn about:
   accumulator per row, then a fixed halving tree;
 * how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), a few chunks at a time, never
   materialised;
-* ``fma32``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the same way;
+* ``fma32`` and ``fma_rn``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the
+  same way, and how the GEMV's single rounding is reproduced in NumPy;
 * the same pattern in RMSNorm (``tensorfold/cuda/rmsnorm.py``), and the elementwise kernels between them.
 
 Run it with ``python tutorials/02_gemv.py`` (no GPU needed: it uses the simulator unless one is present).
@@ -23,6 +24,7 @@ Run it with ``python tutorials/02_gemv.py`` (no GPU needed: it uses the simulato
 import inspect
 import os
 import sys
+from fractions import Fraction
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
@@ -30,7 +32,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from tensorfold.cuda import gemv, rmsnorm  # noqa: E402
-from tensorfold.cuda.fmath import fma32, tree_sum  # noqa: E402
+from tensorfold.cuda.fmath import add_rounded_once, fma32, fma_rn_twin, tree_sum  # noqa: E402
 from tensorfold.model.writer import quantize_affine  # noqa: E402
 
 
@@ -43,11 +45,22 @@ def check(ok, message):
 # %%
 # The exact multiply-add
 # ----------------------
-# The GPU compiler fuses ``acc + w * x`` into one FMA (one rounding); NumPy rounds twice. ``fma32`` computes in
-# float64, where the product of two float32 values is exact, and rounds once: the same bits everywhere.
+# The GPU compiler fuses ``acc + w * x`` into one FMA (one rounding); NumPy rounds twice. So every multiply-add is
+# written out. Most kernels use ``fma32``: it computes in float64, where the product of two float32 values is exact,
+# and rounds to float32, the same bits everywhere.
 print(inspect.getsource(fma32.py_func))
 w, x, acc = np.float32(1.1), np.float32(3.3), np.float32(-3.63)
-print(f"two roundings: {w * x + acc!r}, one rounding: {fma32.py_func(w, x, acc)!r}")
+print(f"two roundings: {w * x + acc!r}, through float64: {fma32.py_func(w, x, acc)!r}")
+# The GEMV makes far more multiply-adds than anything else (every weight, for every row), and the float64
+# conversions would cap it: it uses ``fma_rn``, the GPU's own fma.rn.f32, whose single rounding the twin reproduces
+# by rounding the float64 sum to odd wherever it sits exactly halfway between two float32 values.
+print(inspect.getsource(add_rounded_once.py_func))
+halfway, tiny = np.float32(1 + 2 ** -12), np.float32(2 ** -80)  # halfway * halfway = 1 + 2^-11 + 2^-24: a tie
+exact = Fraction(float(halfway)) ** 2 + Fraction(float(tiny))  # just above the tie: rounds up
+up = np.float32(1 + 2 ** -11 + 2 ** -23)
+check(fma_rn_twin(halfway, halfway, tiny) == up and fma32.py_func(halfway, halfway, tiny) != up and
+      Fraction(float(up)) - exact < exact - Fraction(float(np.float32(1 + 2 ** -11))),
+      "fma_rn rounds the exact value once; fma32's float64 sum lands on the tie and rounds it down")
 
 # %%
 # The twin and the kernel
@@ -92,7 +105,7 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # --------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
 # columns. A chunk is one word: the kernel loads a step's words with their scales and biases, dequantizes each code
-# with `fma32(scale, code, bias)` into registers and uses the weights for every row of the round.
+# with `fma_rn(scale, code, bias)` into registers and uses the weights for every row of the round.
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)

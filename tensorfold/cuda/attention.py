@@ -443,7 +443,7 @@ def _path_swapped(inputs):
 CONTRACT = [
     KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _cases, _CONTROLS),
     KernelCheck("attention_merge", attention_merge,
-                lambda m, l, o: to_host(attention_merge_launch(cuda.to_device(m), cuda.to_device(l), cuda.to_device(o))),
+                lambda m, l, o: to_host(attention_merge_launch(*(cuda.to_device(a) for a in (m, l, o)))),
                 _merge_cases, {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks}),
     KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
                 lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS),

@@ -153,7 +153,8 @@ CONTRACT = [
                 cases=_take_cases,
                 controls={"slice off by one": lambda i: {**i, "start": i["start"] + 1, "stop": i["stop"] + 1}}),
     KernelCheck("copy_rows", twin=lambda dst, src, start: copy_rows(dst.copy(), src, start),
-                launch=lambda dst, src, start: to_host(copy_rows_launch(cuda.to_device(dst), cuda.to_device(src), start)),
+                launch=lambda dst, src, start: to_host(copy_rows_launch(cuda.to_device(dst), cuda.to_device(src),
+                                                                        start)),
                 cases=_copy_cases,
                 controls={"one row late": lambda i: {**i, "start": i["start"] + 1} if i["start"] + len(i["src"]) <
                           len(i["dst"]) else None, "two swapped rows": swap_rows("src")}),

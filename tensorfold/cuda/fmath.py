@@ -25,6 +25,7 @@ expressions with NumPy. The contract sweeps every pair over the inputs the model
 import math
 import os
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -55,27 +56,44 @@ def odd_sum(p, c):
 
 FLOAT32_TAIL = (1 << 29) - 1  # the float64 mantissa bits below float32's last one
 FLOAT32_HALFWAY = 1 << 28  # those bits at a value halfway between two float32 neighbours
-SMALLEST_NORMAL32 = 2.0 ** -126  # below it, float32's spacing is fixed and halfway values look different
+SMALLEST_NORMAL32 = 2.0 ** -126  # below it, float32's spacing is fixed and halfway values have other bits
 
 
-def round_once(p, c):
-    """p + c rounded once to float32, for float64 p and c whose exact sum float64 may not hold (p an exact
-    product).
+@numba.njit(cache=True)
+def add_rounded_once(p, acc):
+    """acc += p in place, each sum rounded once to float32: float64 p (exact products), float32 acc, both
+    contiguous; compiled for the CPU by numba, since the GEMV twin makes one such sum per weight and row.
 
     Rounding the float64 sum s to float32 goes wrong only when s sits exactly halfway between two float32 values
     and is inexact: were a halfway value strictly between s and the exact sum, it would be a float64 nearer the
-    exact sum than s. So the round-to-odd sum is needed only there (and for tiny nonzero sums, where halfway
-    values have another bit pattern); elsewhere s rounds right, and the twins stay cheap."""
-    s = np.asarray(p, np.float64) + c
-    suspect = ((s.view(np.int64) & FLOAT32_TAIL) == FLOAT32_HALFWAY) | ((np.abs(s) < SMALLEST_NORMAL32) & (s != 0))
-    if suspect.any():
-        s = np.where(suspect, odd_sum(p, c), s)
-    return s.astype(np.float32)
+    exact sum than s. So only those sums (and tiny nonzero ones, whose halfway values have other bits) are redone
+    the way `odd_sum` does; the rest take one add and one rounding."""
+    p, acc = p.reshape(-1), acc.reshape(-1)
+    sums = np.empty(p.size, np.float64)
+    bits = sums.view(np.int64)
+    for i in range(p.size):
+        sums[i] = p[i] + acc[i]
+    for i in range(p.size):
+        s = sums[i]
+        if bits[i] & FLOAT32_TAIL == FLOAT32_HALFWAY or (abs(s) < SMALLEST_NORMAL32 and s != 0):
+            v = s - p[i]
+            error = (p[i] - (s - v)) + (acc[i] - v)  # s + error == p + acc exactly
+            if error != 0 and bits[i] & 1 == 0:  # inexact and even: one step towards the exact sum
+                bits[i] += 1 if (error > 0) == (s > 0) else -1
+        acc[i] = np.float32(sums[i])
+
+
+def round_once(p, c):
+    """p + c rounded once to float32, for float64 p (exact products) and float32 c."""
+    p, c = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(c, np.float32))
+    out = np.array(c, np.float32)  # a contiguous copy, summed into in place
+    add_rounded_once(np.ascontiguousarray(p), out)
+    return out
 
 
 def fma_rn_twin(a, b, c):
     """a * b + c rounded once to float32, on arrays: the exact float64 product, then `round_once`."""
-    return round_once(np.asarray(a, np.float64) * np.asarray(b, np.float64), np.asarray(c, np.float64))
+    return round_once(np.asarray(a, np.float64) * np.asarray(b, np.float64), c)
 
 
 if SIMULATED:  # the simulator's cuda.fma rounds the product and the sum separately: use the twin's arithmetic

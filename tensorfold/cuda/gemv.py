@@ -2,14 +2,15 @@
 
 The order of the sums: the columns are cut into chunks of CHUNK = 8 (one uint32 of 4-bit codes), and each output
 has THREADS = 32 threads. Thread t walks the chunks t, t + THREADS, t + 2 * THREADS, ..., each chunk's columns in
-order, adding `fma_rn(w, x, acc)` (one float32 rounding, fmath.py) into one float32 accumulator per row; then the THREADS partial sums are added in
-the halving tree of `tree_sum`. The order depends only on K, never on how many rows the round has, so a prompt of
-300 rows and 300 one-row steps give the same bits; and it is the same for every weight format, so a bf16 or 4-bit
-weight gives the bits of its float32 values.
+order, adding `fma_rn(w, x, acc)` (one float32 rounding, fmath.py) into one float32 accumulator per row; then
+the THREADS partial sums are added in the halving tree of `tree_sum`. The order depends only on K, never on how
+many rows the round has, so a prompt of 300 rows and 300 one-row steps give the same bits; and it is the same for
+every weight format, so a bf16 or 4-bit weight gives the bits of its float32 values.
 
 The twin, `gemv`, runs the walk in rounds of THREADS chunks and steps e = 0 .. CHUNK - 1: at step e of round j
-thread t takes column (j * THREADS + t) * CHUNK + e (threads past the last column add nothing). Each step is one
-NumPy pass vectorised over (thread, row, output); `walk_order` lays the columns out so that a step's are neighbours.
+thread t takes column (j * THREADS + t) * CHUNK + e (threads past the last column add nothing). Each step is a
+few NumPy passes vectorised over (thread, row, output); `walk_order` lays the columns out so that a step's are
+neighbours.
 
 The kernels: one warp per output `o` (its THREADS = 32 threads), OUTPUTS = 4 outputs to a block, and blockIdx.y
 over groups of up to ROWS = 16 rows, so a decode round reads each weight once. A GEMV is bound by memory
@@ -40,7 +41,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
-from .fmath import fma_rn, fma_rn_twin, round_once, tree_sum
+from .fmath import add_rounded_once, fma_rn, fma_rn_twin, tree_sum
 from .launch import kernel
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
@@ -83,7 +84,7 @@ def gemv(x, weight_rows, out_features):
 
     The twin takes a tile of outputs at a time (for memory), lays the columns out in walk order, forms a round's
     products at once (exact in float64) and runs the round's steps, each a few NumPy passes over (thread, row,
-    output) that add in float64 and round once to float32 (`round_once`): `fma_rn`.
+    output) that adds in float64 and rounds once to float32 (`add_rounded_once`): `fma_rn`.
     """
     rows, in_features = np.shape(x)
     order = walk_order(in_features)
@@ -100,7 +101,7 @@ def gemv(x, weight_rows, out_features):
             begin = 0
             for e in range(CHUNK):  # step e: thread t takes column e of its chunk (threads past the end: nothing)
                 live = -(-(stop - start - e) // CHUNK)
-                partial[:live] = round_once(products[begin:begin + live], partial[:live])
+                add_rounded_once(products[begin:begin + live], partial[:live])
                 begin += live
         y[:, outs] = tree_sum(np.moveaxis(partial, 0, -1))
     return y

@@ -367,7 +367,8 @@ class Qwen35:
         state), writing their rows into arrays of the whole round; everything else runs once over every row."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
-        nk, nv, dk, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim
+        nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
+        dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
         rows, several = x.shape[0], len(windows) > 1
         mixed = ops.linear(x, w[p + "in_proj_qkv.weight"])  # [rows, C]: q | k | v, each head-major
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
