@@ -59,16 +59,15 @@ FLOAT32_HALFWAY = 1 << 28  # those bits at a value halfway between two float32 n
 SMALLEST_NORMAL32 = 2.0 ** -126  # below it, float32's spacing is fixed and halfway values have other bits
 
 
-@numba.njit(cache=True)
+@numba.njit
 def add_rounded_once(p, acc):
-    """acc += p in place, each sum rounded once to float32: float64 p (exact products), float32 acc, both
-    contiguous; compiled for the CPU by numba, since the GEMV twin makes one such sum per weight and row.
+    """acc += p in place, each sum rounded once to float32: float64 p (exact products) and float32 acc, one
+    dimension each (callers pass contiguous arrays flattened); compiled for the CPU by numba, since the GEMV twin makes one such sum per weight and row.
 
     Rounding the float64 sum s to float32 goes wrong only when s sits exactly halfway between two float32 values
     and is inexact: were a halfway value strictly between s and the exact sum, it would be a float64 nearer the
     exact sum than s. So only those sums (and tiny nonzero ones, whose halfway values have other bits) are redone
     the way `odd_sum` does; the rest take one add and one rounding."""
-    p, acc = p.reshape(-1), acc.reshape(-1)
     sums = np.empty(p.size, np.float64)
     bits = sums.view(np.int64)
     for i in range(p.size):
@@ -87,7 +86,7 @@ def round_once(p, c):
     """p + c rounded once to float32, for float64 p (exact products) and float32 c."""
     p, c = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(c, np.float32))
     out = np.array(c, np.float32)  # a contiguous copy, summed into in place
-    add_rounded_once(np.ascontiguousarray(p), out)
+    add_rounded_once(np.ascontiguousarray(p).reshape(-1), out.reshape(-1))
     return out
 
 

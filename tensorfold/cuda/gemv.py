@@ -101,7 +101,7 @@ def gemv(x, weight_rows, out_features):
             begin = 0
             for e in range(CHUNK):  # step e: thread t takes column e of its chunk (threads past the end: nothing)
                 live = -(-(stop - start - e) // CHUNK)
-                add_rounded_once(products[begin:begin + live], partial[:live])
+                add_rounded_once(products[begin:begin + live].reshape(-1), partial[:live].reshape(-1))
                 begin += live
         y[:, outs] = tree_sum(np.moveaxis(partial, 0, -1))
     return y
