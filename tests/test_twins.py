@@ -1,10 +1,12 @@
 """The twins: each against a plain float64 reference, and each structural promise (the thread loop, the tree, the
 independence from the other rows) checked bit for bit with a planted control that must break it."""
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 from tensorfold.cuda import attention, conv, deltanet, gemv, paths, rmsnorm, rope, sampling
-from tensorfold.cuda.fmath import fma32, tree_sum
+from tensorfold.cuda.fmath import fma32, fma_rn_twin, tree_sum
 
 rng = np.random.default_rng(0)
 
@@ -16,8 +18,8 @@ def normal(*shape, scale=1.0):
 # --- GEMV ---------------------------------------------------------------------------------------------------------
 
 def thread_loop_gemv(x, w, threads=gemv.THREADS, chunk=gemv.CHUNK):
-    """The kernel's mapping written out: thread t walks chunks t, t + threads, ... (`chunk` columns each, in order);
-    then the warp's tree."""
+    """The kernel's mapping written out: thread t walks chunks t, t + threads, ... (`chunk` columns each, in order),
+    adding with the GEMV's single-rounding fma_rn; then the warp's tree."""
     y = np.empty((x.shape[0], w.shape[0]), np.float32)
     for r in range(x.shape[0]):
         for o in range(w.shape[0]):
@@ -25,9 +27,35 @@ def thread_loop_gemv(x, w, threads=gemv.THREADS, chunk=gemv.CHUNK):
             for t in range(threads):
                 for c in range(t, -(-w.shape[1] // chunk), threads):
                     for k in range(c * chunk, min(c * chunk + chunk, w.shape[1])):
-                        partial[t] = fma32.py_func(w[o, k], x[r, k], partial[t])
+                        partial[t] = fma_rn_twin(w[o, k], x[r, k], partial[t])
             y[r, o] = tree_sum(partial)
     return y
+
+
+def rounded_once(exact: Fraction) -> np.float32:
+    """The float32 nearest an exact rational (ties to the even bit pattern): a single rounding, by definition."""
+    guess = np.float32(float(exact))
+    near = [np.nextafter(guess, np.float32(-np.inf)), guess, np.nextafter(guess, np.float32(np.inf))]
+    return min(near, key=lambda f: (abs(Fraction(float(f)) - exact), int(np.array(f).view(np.uint32)) & 1))
+
+
+def test_fma_rn_twin_rounds_once():
+    """The GEMV's multiply-add twin equals a * b + c rounded once from exact rational arithmetic: on halfway
+    products with a tiny term (where two roundings differ), cancellations, tiny (subnormal) sums and random
+    triples. Control: fma32 (float64, then float32) differs on the halfway products."""
+    n = 1000
+    a = (rng.normal(size=n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    b = (rng.normal(size=n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    c = (rng.normal(size=n) * np.exp2(rng.integers(-60, 20, n))).astype(np.float32)
+    c[:300] = (-(a[:300].astype(np.float64) * b[:300]) * (1 + rng.normal(size=300) * 1e-7)).astype(np.float32)
+    a[-50:], b[-50:] = np.float32(2 ** -70), np.float32(2 ** -70) * rng.integers(1, 1000, 50).astype(np.float32)
+    c[-50:] = (rng.normal(size=50) * 2.0 ** -140).astype(np.float32)
+    halfway = np.float32(1 + 2 ** -12)  # halfway * halfway = 1 + 2^-11 + 2^-24, a float32 tie
+    a[:3], b[:3], c[:3] = halfway, halfway, np.array([2.0 ** -80, -2.0 ** -80, 0.0], np.float32)
+    got = fma_rn_twin(a, b, c)
+    exact = [Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)) for x, y, z in zip(a, b, c)]
+    assert [rounded_once(e) for e in exact] == list(got)
+    assert fma32.py_func(a[:3], b[:3], c[:3]).tobytes() != got[:3].tobytes()  # control: two roundings
 
 
 @pytest.mark.parametrize("in_features", [64, 200, 300])
