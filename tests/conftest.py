@@ -3,6 +3,7 @@
 `--gpu` runs the kernel tests on a real GPU; without it, kernels run under numba's CUDA simulator. The choice must
 be made before numba.cuda is first imported, so this file imports neither numba nor tensorfold at module level.
 """
+import contextlib
 import dataclasses
 import os
 
@@ -131,9 +132,24 @@ def lanes_backend(request, on_gpu):
 
 @pytest.fixture(scope="session")
 def simulated_device():
+    """The simulator set up for the whole session's model tests (see `simulator_for_models`)."""
+    with simulator_for_models():
+        yield
+
+
+@pytest.fixture(scope="module")
+def simulated_module():
+    """The simulator set up for one module's model tests, undone at its end so that later modules see the
+    defaults (`simulator_for_models`)."""
+    with simulator_for_models():
+        yield
+
+
+@contextlib.contextmanager
+def simulator_for_models():
     """The simulator set up for whole-model tests: 8 threads an output for the GEMV and 8-thread norm blocks (as in
-    test_backend_sim.py), a short GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails
-    here as it would on a GPU)."""
+    test_backend_sim.py), a short GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test
+    that forgets to_host fails here as it would on a GPU)."""
     import sys
     import threading
 
@@ -176,14 +192,16 @@ def simulated_device():
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(5e-5)  # the simulator's block manager polls its threads under the GIL: hand it back sooner
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gemv, "THREADS", 8)
-        patch.setattr(rmsnorm, "THREADS", 8)
-        patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
-        patch.setattr(FakeCUDAArray, "__getitem__", device_index)
-        patch.setattr(FakeCUDAShared, "array", locked_shared_array)
-        yield
-    sys.setswitchinterval(interval)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(gemv, "THREADS", 8)
+            patch.setattr(rmsnorm, "THREADS", 8)
+            patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
+            patch.setattr(FakeCUDAArray, "__getitem__", device_index)
+            patch.setattr(FakeCUDAShared, "array", locked_shared_array)
+            yield
+    finally:
+        sys.setswitchinterval(interval)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ def graph_model(request, on_gpu, tmp_path_factory):
     """A model on the `cuda` backend: the lane tests' model on the GPU, the micro config in the simulator."""
     if on_gpu:
         return request.getfixturevalue("lanes_model")
-    request.getfixturevalue("simulated_device")
+    request.getfixturevalue("simulated_module")
     from conftest import sim_lanes_config
     from tensorfold.model.tiny import make_tiny
     folder = str(tmp_path_factory.mktemp("graphs"))
