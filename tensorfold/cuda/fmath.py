@@ -42,18 +42,6 @@ def fma32(a, b, c):
     return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
 
 
-def odd_sum(p, c):
-    """p + c (float64 arrays or scalars) rounded to odd: the round-to-nearest sum, moved one ulp towards the exact
-    sum when it is inexact and its last bit is 0. TwoSum gives the exact error of the rounded sum."""
-    p, c = np.asarray(p, np.float64), np.asarray(c, np.float64)
-    s = p + c
-    v = s - p
-    error = (p - (s - v)) + (c - v)  # s + error == p + c exactly
-    bits = s.view(np.int64)  # consecutive floats of one sign have consecutive bit patterns, magnitude upwards
-    towards = np.where(np.signbit(error) == np.signbit(s), 1, -1)  # the bit pattern's step towards the exact sum
-    return np.where((error != 0) & ((bits & 1) == 0), (bits + towards).view(np.float64), s)
-
-
 FLOAT32_TAIL = (1 << 29) - 1  # the float64 mantissa bits below float32's last one
 FLOAT32_HALFWAY = 1 << 28  # those bits at a value halfway between two float32 neighbours
 SMALLEST_NORMAL32 = 2.0 ** -126  # below it, float32's spacing is fixed and halfway values have other bits
@@ -62,12 +50,15 @@ SMALLEST_NORMAL32 = 2.0 ** -126  # below it, float32's spacing is fixed and half
 @numba.njit
 def add_rounded_once(p, acc):
     """acc += p in place, each sum rounded once to float32: float64 p (exact products) and float32 acc, one
-    dimension each (callers pass contiguous arrays flattened); compiled for the CPU by numba, since the GEMV twin makes one such sum per weight and row.
+    dimension each (callers pass contiguous arrays flattened). Compiled for the CPU by numba: the GEMV twin makes
+    one such sum per weight and row.
 
     Rounding the float64 sum s to float32 goes wrong only when s sits exactly halfway between two float32 values
     and is inexact: were a halfway value strictly between s and the exact sum, it would be a float64 nearer the
-    exact sum than s. So only those sums (and tiny nonzero ones, whose halfway values have other bits) are redone
-    the way `odd_sum` does; the rest take one add and one rounding."""
+    exact sum than s. Those sums (and tiny nonzero ones, whose halfway values have other bits) are rounded to odd
+    first: TwoSum gives the exact error of s, and an inexact s with its last bit 0 moves one step towards the
+    exact sum (consecutive floats of one sign have consecutive bit patterns). The rest take one add and one
+    rounding."""
     sums = np.empty(p.size, np.float64)
     bits = sums.view(np.int64)
     for i in range(p.size):
@@ -82,17 +73,13 @@ def add_rounded_once(p, acc):
         acc[i] = np.float32(sums[i])
 
 
-def round_once(p, c):
-    """p + c rounded once to float32, for float64 p (exact products) and float32 c."""
-    p, c = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(c, np.float32))
+def fma_rn_twin(a, b, c):
+    """a * b + c rounded once to float32, on arrays or scalars (c float32): the exact float64 product, then
+    `add_rounded_once` into a copy of c."""
+    p, c = np.broadcast_arrays(np.asarray(a, np.float64) * np.asarray(b, np.float64), np.asarray(c, np.float32))
     out = np.array(c, np.float32)  # a contiguous copy, summed into in place
     add_rounded_once(np.ascontiguousarray(p).reshape(-1), out.reshape(-1))
     return out
-
-
-def fma_rn_twin(a, b, c):
-    """a * b + c rounded once to float32, on arrays: the exact float64 product, then `round_once`."""
-    return round_once(np.asarray(a, np.float64) * np.asarray(b, np.float64), c)
 
 
 if SIMULATED:  # the simulator's cuda.fma rounds the product and the sum separately: use the twin's arithmetic

@@ -329,6 +329,7 @@ class Qwen35:
         inputs = inputs or RoundInputs.on(ops, RoundInputs.table(windows))
         for win in windows:
             win.state.window_rows = len(win.ids)
+            win.state.reserve(len(win.ids))  # key/value rows at length + slot (no-op in a recorded round)
         h = ops.embed(inputs.ids, w["embed_tokens.weight"])
         tapped = {}
         for i, kind in enumerate(c.layer_types):
@@ -369,31 +370,25 @@ class Qwen35:
         p = f"layers.{i}.linear_attn."
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
         dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
-        rows, several = x.shape[0], len(windows) > 1
+        rows = x.shape[0]
         mixed = ops.linear(x, w[p + "in_proj_qkv.weight"])  # [rows, C]: q | k | v, each head-major
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
         decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
                                          ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
-        conv = ops.empty((rows, c.conv_dim)) if several else None
-        tails = []
-        for win, (a, b) in zip(windows, spans):
-            rows_out, new_tail = ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
-                                                 win.maps.conv_taps, out=conv[a:b] if several else None)
-            conv = conv if several else rows_out
-            tails.append(new_tail)
+        conv = ops.empty((rows, c.conv_dim))
+        tails = [ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"], win.maps.conv_taps,
+                                 out=conv[a:b])[1] for win, (a, b) in zip(windows, spans)]
         q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(rows, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
         k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(rows, nk, dk), L2NORM_EPS)
         v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(rows, nv, dv)
-        out = ops.empty((rows, nv, dv)) if several else None
+        out = ops.empty((rows, nv, dv))
         for win, (a, b), new_tail in zip(windows, spans, tails):
             state, maps = win.state, win.maps
             start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
             # A recorded decode round writes the new state over the stored one (graphs.py); otherwise the keep
             # decides which state the stream goes on from.
-            rows_out, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
-                                                     maps.depths, maps.path_slots, out=out[a:b] if several else None,
-                                                     in_place=inputs.recorded)
-            out = out if several else rows_out
+            _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b], maps.depths,
+                                              maps.path_slots, out=out[a:b], in_place=inputs.recorded)
             state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
@@ -411,10 +406,9 @@ class Qwen35:
         v = ops.linear(x, w[p + "v_proj.weight"]).reshape(rows, kv_heads, hd)
         q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
-        out = ops.empty((rows, heads, hd)) if len(windows) > 1 else None
+        out = ops.empty((rows, heads, hd))
         for win, (a, b) in zip(windows, spans):  # each row reads its stream's committed keys, then its path's
             state, scale = win.state, 1.0 / math.sqrt(hd)
-            state.reserve(b - a)
             ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])  # at length + slot
             # Chunks for the row that reads the most keys; a recorded round's cover the cache (lengths change).
             max_keys = None if inputs.recorded else state.length + len(win.ids)
@@ -424,7 +418,6 @@ class Qwen35:
             else:
                 partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
                                                 state.length, win.maps.path_slots, max_keys=max_keys)
-            merged = ops.attention_merge(*partial, out=out[a:b] if len(windows) > 1 else None)
-            out = out if len(windows) > 1 else merged
+            ops.attention_merge(*partial, out=out[a:b])
         out = out.reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])
