@@ -326,6 +326,13 @@ def target_features(target, ids: torch.Tensor, layer_ids: list, batch: int,
             hook.remove()
 
 
+def _cache_argument(out) -> dict:
+    """The model output's cache as the keyword argument that passes it on: transformers 5.24 calls it `cache`,
+    earlier 5.x releases `past_key_values` (both are in use on the machines this tool runs on)."""
+    name = "cache" if hasattr(out, "cache") else "past_key_values"
+    return {name: getattr(out, name)}
+
+
 @torch.no_grad()
 def generate(target, prompts: torch.Tensor, new_tokens: int, temperatures: torch.Tensor,
              generator: torch.Generator) -> torch.Tensor:
@@ -342,7 +349,7 @@ def generate(target, prompts: torch.Tensor, new_tokens: int, temperatures: torch
         next_ids = torch.where(greedy, logits.argmax(-1), sampled)
         pieces.append(next_ids[:, None])
         if step + 1 < new_tokens:
-            out = target(input_ids=next_ids[:, None], cache=out.cache, use_cache=True)
+            out = target(input_ids=next_ids[:, None], use_cache=True, **_cache_argument(out))
     return torch.cat(pieces, 1)
 
 

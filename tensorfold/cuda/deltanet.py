@@ -108,6 +108,21 @@ def deltanet_apply(state, log, path):
 
 MAX_DK = 128  # the longest key head a scan or apply thread can hold (Qwen3.5: dk = 128)
 COLUMNS = 64  # threads per block of the scan and the apply (no reduction, so the bits do not depend on it)
+LOADS = 16  # state values a thread loads before it stores any: their memory latencies overlap
+
+
+@cuda.jit(device=True)
+def load_column(state, h, j, col):
+    """col[n] = state[h, n, j] for every n, LOADS loads in flight at a time (a plain loop that stores each value
+    into the local column waits for each load in turn: 128 memory latencies a column, most of a one-row scan)."""
+    dk = state.shape[1]
+    batch = cuda.local.array(LOADS, np.float32)
+    for first in range(0, dk, LOADS):
+        for u in range(LOADS):
+            batch[u] = state[h, min(first + u, dk - 1), j]
+        for u in range(LOADS):
+            if first + u < dk:
+                col[first + u] = batch[u]
 
 
 @kernel
@@ -138,14 +153,12 @@ def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, n
     g = h // (nv // q.shape[1])  # the query/key head that value head h reads
     col = cuda.local.array(MAX_DK, np.float32)
     if h < nv:
-        for n in range(dk):
-            col[n] = state[h, n, j]
+        load_column(state, h, j, col)
         for r in range(q.shape[0]):
             depth = depths[r]
             parent = path_slots[r, depth - 1] if depth > 0 else -1
             if parent != r - 1:  # a tree row that does not follow the row before it: rebuild its parent's state
-                for n in range(dk):
-                    col[n] = state[h, n, j]
+                load_column(state, h, j, col)
                 for d in range(depth):  # its path's logged rows, root first: decay, then write
                     ancestor = path_slots[r, d]
                     for n in range(dk):
@@ -203,8 +216,7 @@ def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state)
     h, j = i // dv, i % dv
     col = cuda.local.array(MAX_DK, np.float32)
     if h < nv:
-        for n in range(dk):
-            col[n] = state[h, n, j]
+        load_column(state, h, j, col)
         for p in range(path.shape[0]):
             r = path[p]
             a = log_decay[r, h]

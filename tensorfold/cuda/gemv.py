@@ -123,56 +123,67 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
-# Warp w of block (b, g) computes output o = b * OUTPUTS + w for the rows [g * ROWS, (g + 1) * ROWS) of the round
-# (the kernels count the warps of a block from blockDim, so a launch with other blocks still covers every output).
-# Thread t of the warp walks the chunks t, t + THREADS, ... STEP chunks at a time, in two phases per step: load the
-# step's weights into registers (dequantizing them), then add them into every row's accumulator. At the end the warp
-# adds its THREADS partial sums. The three kernels differ only in the first phase.
+# Every kernel runs the twin's walk, output by output: thread t of a warp walks the chunks t, t + THREADS, ... of
+# each of its outputs, each chunk's columns in order, and at the end the warp adds the THREADS partial sums of each
+# output in the halving tree. What the mapping adds is reuse, the whole point at more than one row:
+#
+# * a warp computes OUTPUTS = 2 outputs, so every x value it loads feeds both;
+# * a block holds a tile of rows (1 for a one-row call, ROW_TILE = 4 otherwise; blockIdx.y runs over the tiles), so
+#   every weight it dequantizes feeds each row of the tile;
+# * the tile's accumulators (rows x OUTPUTS), the step's weights and x values are local arrays of constant size
+#   indexed by unrolled loops, which keeps them in registers (a row count only known at run time put the
+#   accumulators in local memory, and 16 rows cost 9 times one);
+# * x is read in walk order (`walk_x`, one small launch per GEMV): step e of a round, thread t reads the position
+#   round * THREADS * CHUNK + e * THREADS + t, so a warp's 32 loads are one coalesced 128-byte line where the
+#   columns themselves (t * CHUNK + e) would be 32 lines. The one-row shape reads x as it is: one row of x stays
+#   in L1, and there the strided loads cost less than the walk's launch.
+#
+# A step of the walk has three phases: load the step's weights of both outputs (STEP chunks each, dequantized into
+# registers by the format's `*_chunk` function: the only part that differs between formats), load the step's x
+# values of the tile's rows, then the multiply-adds. The loads of a phase are independent, so they are in flight
+# together. Measured on the H200 at 2B's shapes (docs/performance.rst): one row, a step of 2 chunks is best; 4 rows,
+# a step of 1 keeps the registers (147) under the point where the kernel spills.
 
-OUTPUTS = 4  # outputs (warps) per block: the narrowest layer (2,048 outputs) still spreads over every SM, 512 blocks
-ROWS = 16  # rows per block: a decode round (up to 16 rows) reads the weights exactly once
-STEP = 4  # chunks a thread loads before it multiplies: c, c + THREADS, c + 2 * THREADS, c + 3 * THREADS
-STEP_COLUMNS = STEP * CHUNK  # the step's weights a thread holds (a constant: numba sizes local arrays at compile time)
-
-
-@cuda.jit(device=True)
-def accumulate_step(x, weights, c, first, rows, acc):
-    """Add the step's weights (chunks c, c + THREADS, ..., columns in order) into each row's accumulator."""
-    for r in range(rows):
-        total = acc[r]
-        for i in range(STEP):
-            for e in range(CHUNK):
-                k = (c + i * THREADS) * CHUNK + e
-                if k < x.shape[1]:  # a chunk past the last column was loaded (clamped) but adds nothing
-                    total = fma_rn(weights[i * CHUNK + e], x[first + r, k], total)
-        acc[r] = total
-
-
-@cuda.jit(device=True)
-def warp_tree_sum(partial, acc, rows, t):
-    """Add each row's THREADS partial sums in the fixed halving tree of `tree_sum`; the sums end in partial[r, 0].
-
-    Shared memory, not warp shuffles: numba's simulator has neither shuffles nor syncwarp, and syncthreads keeps
-    the tree the same there and on the GPU. It runs once per output; every thread of the block must reach it.
-    """
-    for r in range(rows):
-        partial[r, t] = acc[r]
-    width = THREADS // 2
-    while width > 0:
-        cuda.syncthreads()
-        if t < width:
-            for r in range(rows):
-                partial[r, t] += partial[r, t + width]
-        width //= 2
-    cuda.syncthreads()
+OUTPUTS = 2  # outputs a warp computes: each x load feeds both
+WARPS = 4  # warps a block: 8 outputs
+ROW_TILE = 4  # rows a block holds when the call has more than one
+SHAPES = {1: (1, 2), ROW_TILE: (ROW_TILE, 1)}  # rows a block holds -> (rows, STEP: chunks an output loads per step)
+WALKED = ROW_TILE  # the shape that reads x in walk order
 
 
 @cuda.jit(device=True)
-def store_rows(y, partial, rows, first, o, t):
-    """Thread 0 of the warp writes the output's sums."""
-    if t == 0 and o < y.shape[1]:
-        for r in range(rows):
-            y[first + r, o] = partial[r, 0]
+def walk_column(p):
+    """The column at position p of the walk order: in its round of THREADS chunks, step p // THREADS of thread
+    p % THREADS (the inverse of the position the kernels compute in phase 2)."""
+    round_start, step, thread = p // (THREADS * CHUNK) * THREADS * CHUNK, p % (THREADS * CHUNK) // THREADS, p % THREADS
+    return round_start + thread * CHUNK + step
+
+
+def walk_x(x):
+    """The twin of `walk_x_kernel`: x [rows, K] in walk order, whole rounds of THREADS * CHUNK positions (those past
+    the last column hold zero)."""
+    rows, columns = np.shape(x)
+    positions = np.arange(-(-columns // (THREADS * CHUNK)) * THREADS * CHUNK)
+    column = walk_column.py_func(positions)
+    return np.where(column < columns, np.asarray(x, np.float32)[:, np.minimum(column, columns - 1)], np.float32(0))
+
+
+@kernel
+def walk_x_kernel(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        r, p = i // out.shape[1], i % out.shape[1]
+        column = walk_column(p)
+        out[r, p] = x[r, column] if column < x.shape[1] else np.float32(0)
+
+
+@cuda.jit(device=True)
+def f32_chunk(weight, scales, biases, bits, group_size, o, chunk, columns, weights, at):
+    """The CHUNK weights of (output o, chunk) into weights[at:]: float32 as stored (a column past the last reloads
+    it; nothing adds it). Every format's loader takes the affine one's arguments; the float formats ignore
+    scales, biases, bits and group size (`launch_gemv` passes the weight in their place)."""
+    for e in range(CHUNK):
+        weights[at + e] = weight[o, min(chunk * CHUNK + e, columns - 1)]
 
 
 @cuda.jit(device=True)
@@ -183,85 +194,125 @@ def bf16_bits_to_f32(bits):
     return word.view(np.float32)[0]
 
 
-@kernel
-def gemv_f32_kernel(x, weight, y):
-    warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * ROWS
-    o = cuda.blockIdx.x * (cuda.blockDim.x // THREADS) + warp
-    rows, last = min(ROWS, x.shape[0] - first), x.shape[1] - 1
-    acc = cuda.local.array(ROWS, np.float32)
-    weights = cuda.local.array(STEP_COLUMNS, np.float32)
-    for r in range(rows):
-        acc[r] = 0
-    if o < y.shape[1]:  # a warp past the last output only joins the tree
-        for c in range(t, -(-x.shape[1] // CHUNK), STEP * THREADS):
-            for i in range(STEP):  # phase 1: load the step's weights (a column past the end reloads the last)
-                for e in range(CHUNK):
-                    weights[i * CHUNK + e] = weight[o, min((c + i * THREADS) * CHUNK + e, last)]
-            accumulate_step(x, weights, c, first, rows, acc)  # phase 2
-    partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
-    warp_tree_sum(partial[warp], acc, rows, t)
-    store_rows(y, partial[warp], rows, first, o, t)
+@cuda.jit(device=True)
+def bf16_chunk(weight_bits, scales, biases, bits, group_size, o, chunk, columns, weights, at):
+    """bf16: the stored 16 bits widened to float32, exactly."""
+    for e in range(CHUNK):
+        weights[at + e] = bf16_bits_to_f32(weight_bits[o, min(chunk * CHUNK + e, columns - 1)])
 
 
-@kernel
-def gemv_bf16_kernel(x, weight_bits, y):
-    warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * ROWS
-    o = cuda.blockIdx.x * (cuda.blockDim.x // THREADS) + warp
-    rows, last = min(ROWS, x.shape[0] - first), x.shape[1] - 1
-    acc = cuda.local.array(ROWS, np.float32)
-    weights = cuda.local.array(STEP_COLUMNS, np.float32)
-    for r in range(rows):
-        acc[r] = 0
-    if o < y.shape[1]:  # a warp past the last output only joins the tree
-        for c in range(t, -(-x.shape[1] // CHUNK), STEP * THREADS):
-            for i in range(STEP):  # phase 1: load the step's weights (a column past the end reloads the last)
-                for e in range(CHUNK):
-                    weights[i * CHUNK + e] = bf16_bits_to_f32(weight_bits[o, min((c + i * THREADS) * CHUNK + e, last)])
-            accumulate_step(x, weights, c, first, rows, acc)  # phase 2
-    partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
-    warp_tree_sum(partial[warp], acc, rows, t)
-    store_rows(y, partial[warp], rows, first, o, t)
+@cuda.jit(device=True)
+def affine_chunk(packed, scales, biases, bits, group_size, o, chunk, columns, weights, at):
+    """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit), its group's scale and bias, and each
+    code dequantized with fma_rn(scale, code, bias) (a code is a small integer: exact as float32)."""
+    words = CHUNK * bits // 32
+    low, high = packed[o, chunk * words], packed[o, chunk * words + words - 1]  # 4-bit: the same word
+    codes = np.uint64(low) | (np.uint64(high) << np.uint64(32))
+    g = chunk * CHUNK // group_size
+    scale, bias = scales[o, g], biases[o, g]
+    for e in range(CHUNK):
+        code = (codes >> np.uint64(bits * e)) & np.uint64((1 << bits) - 1)
+        weights[at + e] = fma_rn(scale, np.float32(code), bias)
 
 
-@kernel
-def gemv_affine_kernel(x, packed, scales, biases, bits, group_size, y):
-    warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * ROWS
-    o = cuda.blockIdx.x * (cuda.blockDim.x // THREADS) + warp
-    rows, chunks = min(ROWS, x.shape[0] - first), -(-x.shape[1] // CHUNK)
-    words = CHUNK * bits // 32  # words per chunk: 1 for 4-bit codes, 2 for 8-bit
-    acc = cuda.local.array(ROWS, np.float32)
-    weights = cuda.local.array(STEP_COLUMNS, np.float32)
-    codes = cuda.local.array(STEP, np.uint64)
-    scale = cuda.local.array(STEP, np.float32)
-    bias = cuda.local.array(STEP, np.float32)
-    for r in range(rows):
-        acc[r] = 0
-    if o < y.shape[1]:  # a warp past the last output only joins the tree
-        for c in range(t, chunks, STEP * THREADS):
-            for i in range(STEP):  # phase 1a: load codes, scale and bias per chunk (one past the end reloads the last)
-                chunk = min(c + i * THREADS, chunks - 1)
-                low, high = packed[o, chunk * words], packed[o, chunk * words + words - 1]  # 4-bit: the same word
-                codes[i] = np.uint64(low) | (np.uint64(high) << np.uint64(32))
-                g = chunk * CHUNK // group_size
-                scale[i], bias[i] = scales[o, g], biases[o, g]
-            for i in range(STEP):  # phase 1b: dequantize them (a code is a small integer: exact as float64)
-                for e in range(CHUNK):
-                    code = (codes[i] >> np.uint64(bits * e)) & np.uint64((1 << bits) - 1)
-                    weights[i * CHUNK + e] = fma_rn(scale[i], np.float32(code), bias[i])
-            accumulate_step(x, weights, c, first, rows, acc)  # phase 2
-    partial = cuda.shared.array((OUTPUTS, ROWS, THREADS), np.float32)
-    warp_tree_sum(partial[warp], acc, rows, t)
-    store_rows(y, partial[warp], rows, first, o, t)
+def gemv_kernel(load_chunk, rows, step, walked):
+    """The GEMV kernel for one weight format (`load_chunk`) and one shape: `rows` a block, `step` chunks an output
+    loads before it multiplies, x `walked` or as it is. The local arrays' sizes are constants of the closure, as
+    numba needs."""
+    accumulators, step_weights, step_x = rows * OUTPUTS, OUTPUTS * step * CHUNK, rows * step * CHUNK
+
+    @kernel
+    def gemv_tile_kernel(x, columns, data, scales, biases, bits, group_size, y):
+        warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
+        base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
+        live, chunks = min(rows, y.shape[0] - first), -(-columns // CHUNK)  # the tile's rows; chunks of a row
+        acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
+        weights = cuda.local.array(step_weights, np.float32)  # weights[(j * step + i) * CHUNK + e]
+        xs = cuda.local.array(step_x, np.float32)  # xs[(r * step + i) * CHUNK + e]
+        for a in range(accumulators):
+            acc[a] = 0
+        if base < y.shape[1]:  # a warp past the last output only joins the tree
+            for c in range(t, chunks, step * THREADS):  # the step's chunks: c, c + THREADS, ...
+                for j in range(OUTPUTS):  # phase 1: weights (past the last output or chunk: reloads of the last)
+                    for i in range(step):
+                        load_chunk(data, scales, biases, bits, group_size, min(base + j, y.shape[1] - 1),
+                                   min(c + i * THREADS, chunks - 1), columns, weights, (j * step + i) * CHUNK)
+                for r in range(rows):  # phase 2: x of column k (a row past the tile's reloads its last row)
+                    for i in range(step):
+                        for e in range(CHUNK):
+                            k = (c + i * THREADS) * CHUNK + e
+                            position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k  # walked:
+                            # walk_column(position) == k
+                            xs[(r * step + i) * CHUNK + e] = x[first + min(r, live - 1), position] if k < columns \
+                                else np.float32(0)
+                for r in range(rows):  # phase 3: each output's sum in the walk's order
+                    for i in range(step):
+                        for e in range(CHUNK):
+                            if r < live and (c + i * THREADS) * CHUNK + e < columns:
+                                for j in range(OUTPUTS):
+                                    acc[r * OUTPUTS + j] = fma_rn(weights[(j * step + i) * CHUNK + e],
+                                                                  xs[(r * step + i) * CHUNK + e], acc[r * OUTPUTS + j])
+        partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
+        for j in range(OUTPUTS):  # each output's THREADS partial sums, in the halving tree of `tree_sum`
+            for r in range(rows):
+                partial[warp, r, t] = acc[r * OUTPUTS + j]
+            width = THREADS // 2
+            while width > 0:  # shared memory and syncthreads: the simulator has no warp shuffles
+                cuda.syncthreads()
+                if t < width:
+                    for r in range(rows):
+                        partial[warp, r, t] += partial[warp, r, t + width]
+                width //= 2
+            cuda.syncthreads()
+            if t == 0 and base + j < y.shape[1]:
+                for r in range(live):
+                    y[first + r, base + j] = partial[warp, r, 0]
+            cuda.syncthreads()  # the next output reuses `partial`
+
+    return gemv_tile_kernel
 
 
-def launch_gemv(kernel, x, out_features, *weight_args, stream=0):
-    """Launch one of the GEMV kernels: a grid of (output groups, row groups), OUTPUTS warps each; returns y."""
-    if kernel is gemv_affine_kernel:
-        assert weight_args[-1] % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
+class GemvKernels:
+    """One weight format's GEMV kernels, one per shape of SHAPES, compiled on first use."""
+
+    def __init__(self, load_chunk, name):
+        self.load_chunk, self.__name__ = load_chunk, name
+        self.shapes = {}
+
+    def for_rows(self, rows):
+        tile = 1 if rows == 1 else ROW_TILE
+        if tile not in self.shapes:
+            self.shapes[tile] = gemv_kernel(self.load_chunk, *SHAPES[tile], walked=tile == WALKED)
+        return tile, self.shapes[tile]
+
+
+gemv_f32_kernel = GemvKernels(f32_chunk, "gemv_f32_kernel")
+gemv_bf16_kernel = GemvKernels(bf16_chunk, "gemv_bf16_kernel")
+gemv_affine_kernel = GemvKernels(affine_chunk, "gemv_affine_kernel")
+
+
+def launch_walk_x(x, stream=0):
+    """x [rows, K] on the device in walk order (see `walk_x`)."""
+    out = cuda.device_array((x.shape[0], -(-x.shape[1] // (THREADS * CHUNK)) * THREADS * CHUNK), np.float32,
+                            stream=stream)
+    walk_x_kernel[blocks_for(out.size), BLOCK, stream](x, out)
+    return out
+
+
+def launch_gemv(kernels, x, out_features, *weight_args, stream=0):
+    """Run a format's GEMV (`kernels`: gemv_f32_kernel, gemv_bf16_kernel or gemv_affine_kernel) over the rows of the
+    device array x; `weight_args` are the weight (float formats) or (packed, scales, biases, bits, group_size).
+    Returns y [rows, out_features]."""
+    if len(weight_args) == 1:  # a float format: its weight stands in for the scales and biases it ignores
+        weight_args = (weight_args[0], weight_args[0], weight_args[0], 32, CHUNK)
+    assert weight_args[-1] % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
+    tile, kernel_for_tile = kernels.for_rows(x.shape[0])
     y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
-    grid = (-(-out_features // OUTPUTS), -(-x.shape[0] // ROWS))
-    kernel[grid, OUTPUTS * THREADS, stream](x, *weight_args, y)
+    grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
+    x_read = launch_walk_x(x, stream) if tile == WALKED else x
+    kernel_for_tile[grid, WARPS * THREADS, stream](x_read, x.shape[1], *weight_args, y)
     return y
+
 
 
 # --- embedding rows: the lookup of token ids, dequantized like the GEMV's weights -----------------------------------
@@ -368,10 +419,27 @@ def _chunks_swapped(weight):
     return plant
 
 
+def _walk_cases(mode, rng):
+    """x of a round's rows: a last round cut short, a chunk cut short, one short round; on GPU 2B's widths."""
+    shapes = [(1, 200), (3, 1280), (2, 5)] if mode == "sim" else [(1, 2048), (16, 6144), (17, 1030), (128, 1024)]
+    return [(f"{rows}x{columns}", {"x": rng.normal(size=(rows, columns)).astype(np.float32)})
+            for rows, columns in shapes]
+
+
+def _launch_walk(x):
+    return to_host(launch_walk_x(cuda.to_device(x)))
+
+
+def _columns_shifted(inputs):
+    """Planted: every column read one place to its left, as a walk off by one column would."""
+    return {"x": np.roll(inputs["x"], 1, axis=1)} if inputs["x"].shape[1] > 1 else None
+
+
 _ROW_CONTROLS = {"two swapped rows": swap_rows("x"), "a dropped row": drop_row("x")}
 _AFFINE_CONTROLS = {**_ROW_CONTROLS, "a wrong group index": _wrong_group,
                     "chunks 0 and 1 swapped": _chunks_swapped("packed")}
 CONTRACT = [
+    KernelCheck("walk_x", walk_x, _launch_walk, _walk_cases, {**_ROW_CONTROLS, "columns shifted by one": _columns_shifted}),
     KernelCheck("gemv_f32", gemv_f32, _launch_f32, _cases,
                 {**_ROW_CONTROLS, "chunks 0 and 1 swapped": _chunks_swapped("weight")}),
     KernelCheck("gemv_bf16", gemv_bf16, _launch_bf16, _bf16_cases,
