@@ -77,6 +77,10 @@ class NumpyBackend:
     sample = staticmethod(sampling.sample)
     sample_rows = staticmethod(sampling.sample_rows)
 
+    def side_by_side(self, count: int):
+        """Lanes for work that runs once per window: on NumPy, one after another, as written."""
+        return graphs.Lanes(self, count)
+
     def zeros(self, shape):
         return np.zeros(shape, np.float32)
 
@@ -139,6 +143,17 @@ class CudaBackend:
             from . import device_pool
             self.pooled = device_pool.install()
         self.stream = cuda.stream()
+        self._side_streams = []  # for graphs.Lanes, made on first use
+
+    def side_by_side(self, count: int):
+        """Lanes for work that runs once per window (tensorfold/cuda/graphs.py): side by side in a graph recording."""
+        return graphs.Lanes(self, count)
+
+    def side_streams(self, count: int) -> list:
+        """`count` streams besides the backend's own, the same ones each time."""
+        while len(self._side_streams) < count:
+            self._side_streams.append(self.cuda.stream())
+        return self._side_streams[:count]
 
     def _device(self, array):
         """A host array's copy on the device; a device array as it is."""

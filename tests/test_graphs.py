@@ -65,6 +65,12 @@ def test_replayed_rounds_equal_eager_rounds(graph_model, eager):
     graphs = DecodeGraphs(graph_model.net)
     assert decode(graph_model, 2, graphs) == eager
     assert (graphs.recorded, graphs.replayed) == (1, 2)  # recorded once, replayed every round
+    layer_types = graph_model.net.config.layer_types
+    deltanet = sum(kind == "linear_attention" for kind in layer_types)
+    (recorded,) = graphs.recordings.values()
+    # Recorded side by side, stream by stream: each DeltaNet layer's conv and scan, each attention layer's
+    # attention, and the keep (on the GPU, branches of the graph).
+    assert recorded.graph.forks == 2 * deltanet + (len(layer_types) - deltanet) + 1
 
 
 def test_control_stale_inputs_are_caught(graph_model, eager, monkeypatch):

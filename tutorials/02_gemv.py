@@ -8,8 +8,8 @@ numba's CUDA simulator, and shows why its result does not depend on how many row
 
 You will learn about:
 
-* the mapping: one warp per output, its THREADS threads walking chunks of CHUNK columns with a stride, one
-  accumulator per row, then a fixed halving tree;
+* the mapping: each output's THREADS threads walking chunks of CHUNK columns with a stride, one accumulator per
+  row, then a fixed halving tree; a warp computes two outputs and a block a tile of rows, so loads are reused;
 * how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), a few chunks at a time, never
   materialised;
 * ``fma32`` and ``fma_rn``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the
@@ -67,16 +67,22 @@ check(fma_rn_twin(halfway, halfway, tiny) == up and fma32.py_func(halfway, halfw
 # -----------------------
 # Thread t of an output's warp walks the chunks t, t + THREADS, ... (CHUNK columns each, in order). In the twin, one
 # pass of the loop over `e` is one step of every thread's walk, vectorised over (thread, row, output); `walk_order`
-# lays the columns out so that a step's are neighbours, and `tree_sum` is the warp's halving tree. The kernel loads
-# STEP chunks of weights before it multiplies (phase 1), then adds them into each row's accumulator (phase 2).
-# Read them side by side:
+# lays the columns out so that a step's are neighbours, and `tree_sum` is the warp's halving tree. The kernel
+# (`gemv_kernel` builds one per weight format and shape) runs the same walk for the two outputs of its warp and
+# the rows of its block's tile: it loads a step's weights (the format's `*_chunk` function dequantizes them), then
+# the step's x values, then makes the multiply-adds, each output's in the walk's order. Read them side by side:
 print(inspect.getsource(gemv.walk_order))
 print(inspect.getsource(gemv.gemv))
 print(inspect.getsource(tree_sum))
-print(inspect.getsource(gemv.gemv_f32_kernel.py_func))
-print(inspect.getsource(gemv.accumulate_step.py_func))
-print(inspect.getsource(gemv.warp_tree_sum.py_func))
+print(inspect.getsource(gemv.gemv_kernel))
+print(inspect.getsource(gemv.f32_chunk.py_func))
 print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_order(64)[:8].tolist()}[t]")
+# Past one row the kernel reads x in walk order, so that the 32 threads of a warp read 32 neighbouring floats (the
+# columns t * CHUNK + e they need are CHUNK floats apart). `walk_x` is that layout, and a small kernel makes it:
+walked = gemv.walk_x(np.arange(2 * 64, dtype=np.float32).reshape(2, 64))
+print(f"x in walk order, first positions: {walked[0, :8].tolist()} (columns; padded to a whole round)")
+check(walked.shape == (2, gemv.THREADS * gemv.CHUNK) and walked[1, 1] == 64 + gemv.CHUNK,
+      "position 1 holds thread 1's first column: column CHUNK of the row")
 
 # %%
 # Run the kernel (simulated) and compare bits
@@ -105,7 +111,7 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # --------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
 # columns. A chunk is one word: the kernel loads a step's words with their scales and biases, dequantizes each code
-# with `fma_rn(scale, code, bias)` into registers and uses the weights for every row of the round.
+# with `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile.
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)

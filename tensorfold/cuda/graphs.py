@@ -19,7 +19,17 @@ While a recording is open, every kernel launch (tensorfold/cuda/launch.py) repor
 keeps them: an array a graph reads or writes stays alive as long as the graph does, so the device pool cannot hand
 its memory to another array. Only kernel launches may be recorded: the backend refuses uploads, downloads and
 copies while a recording is open (`CaptureError`), because a replay would not repeat them.
+
+Captured on one stream, a graph is a chain: each kernel waits for the one before. The kernels each stream of a round
+runs on its own (its conv, scan, key/value write and attention: a few thousand threads each, far from filling the
+GPU) need not wait for another stream's. `Lanes` records them side by side: it forks one side stream per window
+from the recording stream (an event recorded there, waited on by each side stream, which joins the side streams
+to the capture), puts window n's launches on side stream n, and joins every side stream back (an event recorded
+on each, waited on by the recording stream) before the round goes on. The replay then runs those branches
+concurrently. Each branch's launches are the eager round's, in its order, on buffers no other branch touches, so
+the bits are the same. Outside a recording, and under the simulator, lanes change nothing.
 """
+import contextlib
 import os
 import weakref
 
@@ -60,8 +70,9 @@ class Recording:
 
     def __init__(self, stream):
         self.stream = stream
-        self.held = []  # every launch's arguments: kept alive with the graph
+        self.held = []  # every launch's arguments (and the lanes' events): kept alive with the graph
         self.launches = []  # the simulator's record: (kernel, launch configuration, arguments)
+        self.forks = 0  # sets of lanes recorded side by side (`Lanes`)
         self.graph = None
 
     def __enter__(self):
@@ -79,6 +90,7 @@ class Recording:
         if SIMULATED:
             if error is None:
                 self.graph = Graph(self.stream, self.held, self.launches)
+                self.graph.forks = self.forks
             return False
         captured = _check(cu.cuStreamEndCapture(cu.CUstream(int(self.stream.handle or 0))))  # always: frees the stream
         if error is not None:
@@ -86,6 +98,7 @@ class Recording:
             return False
         executable = _check(cu.cuGraphInstantiate(captured, 0))
         self.graph = Graph(self.stream, self.held, self.launches, captured, executable)
+        self.graph.forks = self.forks
         return False
 
     def take(self, kernel, configuration, arguments) -> bool:
@@ -97,12 +110,57 @@ class Recording:
         return False
 
 
+class Lanes:
+    """`with backend.side_by_side(count) as lanes:` then `with lanes.lane(n):` for window n's launches: inside a
+    recording, on side stream n of `count`, forked from and joined back to the backend's stream (see above)."""
+
+    def __init__(self, backend, count: int):
+        self.backend, self.count = backend, count
+        self.recording = _open if count > 1 else None
+        self.main = getattr(backend, "stream", None)
+        self.sides = backend.side_streams(count) if self.recording is not None and not SIMULATED else []
+
+    def __enter__(self):
+        if self.recording is not None:
+            self.recording.forks += 1
+        if self.sides:
+            from numba import cuda
+            fork = cuda.event(timing=False)
+            fork.record(self.main)
+            for side in self.sides:
+                fork.wait(side)
+            self.recording.held.append(fork)
+        return self
+
+    @contextlib.contextmanager
+    def lane(self, n: int):
+        """The backend's launches inside go to side stream n (when lanes are on)."""
+        if not self.sides:
+            yield
+            return
+        self.backend.stream = self.sides[n]
+        try:
+            yield
+        finally:
+            self.backend.stream = self.main
+
+    def __exit__(self, kind, error, traceback):
+        if self.sides:
+            from numba import cuda
+            for side in self.sides:
+                joined = cuda.event(timing=False)
+                joined.record(side)
+                joined.wait(self.main)
+                self.recording.held.append(joined)
+        return False
+
+
 class Graph:
     """A recorded round: `replay()` runs its launches again on the stream it was recorded on."""
 
     def __init__(self, stream, held, launches, captured=None, executable=None):
         self.stream, self.held, self.launches = stream, held, launches
-        self.nodes = len(held)
+        self.forks = 0  # sets of lanes recorded side by side
         self.executable = executable
         if executable is not None:
             weakref.finalize(self, _destroy, captured, executable)

@@ -92,8 +92,10 @@ class DecodeGraphs:
         try:
             with graphs.Recording(ops.stream) as recording:
                 logits = self.net.forward_round(windows, inputs=inputs)
-                for win in windows:
-                    win.state.commit_in_place()
+                with ops.side_by_side(len(windows)) as lanes:
+                    for n, win in enumerate(windows):
+                        with lanes.lane(n):
+                            win.state.commit_in_place()
         finally:  # nothing has run yet: the streams are as they were
             for win in windows:
                 win.state.records, win.state.window_rows = {}, 0

@@ -375,21 +375,27 @@ class Qwen35:
         z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
         decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
                                          ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
-        conv = ops.empty((rows, c.conv_dim))
-        tails = [ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"], win.maps.conv_taps,
-                                 out=conv[a:b])[1] for win, (a, b) in zip(windows, spans)]
+        conv, tails = ops.empty((rows, c.conv_dim)), []
+        with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
+            for n, (win, (a, b)) in enumerate(zip(windows, spans)):
+                with lanes.lane(n):
+                    tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
+                                                 win.maps.conv_taps, out=conv[a:b])[1])
         q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(rows, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
         k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(rows, nk, dk), L2NORM_EPS)
         v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
-        for win, (a, b), new_tail in zip(windows, spans, tails):
-            state, maps = win.state, win.maps
-            start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-            # A recorded decode round writes the new state over the stored one (graphs.py); otherwise the keep
-            # decides which state the stream goes on from.
-            _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b], maps.depths,
-                                              maps.path_slots, out=out[a:b], in_place=inputs.recorded)
-            state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
+        with ops.side_by_side(len(windows)) as lanes:
+            for n, (win, (a, b), new_tail) in enumerate(zip(windows, spans, tails)):
+                state, maps = win.state, win.maps
+                with lanes.lane(n):
+                    start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
+                    # A recorded decode round writes the new state over the stored one (graphs.py); otherwise the
+                    # keep decides which state the stream goes on from.
+                    _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
+                                                      maps.depths, maps.path_slots, out=out[a:b],
+                                                      in_place=inputs.recorded)
+                state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
 
@@ -407,17 +413,25 @@ class Qwen35:
         q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         out = ops.empty((rows, heads, hd))
-        for win, (a, b) in zip(windows, spans):  # each row reads its stream's committed keys, then its path's
-            state, scale = win.state, 1.0 / math.sqrt(hd)
-            ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])  # at length + slot
-            # Chunks for the row that reads the most keys; a recorded round's cover the cache (lengths change).
-            max_keys = None if inputs.recorded else state.length + len(win.ids)
-            if win.parents is None:  # a chain's keys sit in order: every row reads cache rows 0 .. n - 1 in place
-                partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
-                                                max_keys=max_keys)
-            else:
-                partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
-                                                state.length, win.maps.path_slots, max_keys=max_keys)
-            ops.attention_merge(*partial, out=out[a:b])
+        with ops.side_by_side(len(windows)) as lanes:
+            for n, (win, (a, b)) in enumerate(zip(windows, spans)):  # each row reads its stream's keys, then its path's
+                with lanes.lane(n):
+                    self._attend(q[a:b], k[a:b], v[a:b], win, i, inputs, out[a:b], (a, b))
         out = out.reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])
+
+    def _attend(self, q, k, v, win, i, inputs, out, span):
+        """One window's attention in layer i: its keys and values written at length + slot, then its rows' partials
+        over the stream's committed keys and their paths', merged into `out`."""
+        ops, state, (a, b) = self.ops, win.state, span
+        scale = 1.0 / math.sqrt(self.config.head_dim)
+        ops.kv_write(state.keys[i], state.values[i], k, v, inputs.write_at[a:b])
+        # Chunks for the row that reads the most keys; a recorded round's cover the cache (lengths change).
+        max_keys = None if inputs.recorded else state.length + len(win.ids)
+        if win.parents is None:  # a chain's keys sit in order: every row reads cache rows 0 .. n - 1 in place
+            partial = ops.attention_partial(q, state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
+                                            max_keys=max_keys)
+        else:
+            partial = ops.attention_partial(q, state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
+                                            state.length, win.maps.path_slots, max_keys=max_keys)
+        ops.attention_merge(*partial, out=out)
