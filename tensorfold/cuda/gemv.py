@@ -12,16 +12,19 @@ thread t takes column (j * THREADS + t) * CHUNK + e (threads past the last colum
 few NumPy passes vectorised over (thread, row, output); `walk_order` lays the columns out so that a step's are
 neighbours.
 
-The kernels: one warp per output `o` (its THREADS = 32 threads), OUTPUTS = 4 outputs to a block, and blockIdx.y
-over groups of up to ROWS = 16 rows, so a decode round reads each weight once. A GEMV is bound by memory
-bandwidth, and the mapping is chosen for it:
+The kernels (the section "the kernels" below has the details and the measurements behind them): a warp's
+THREADS = 32 threads walk OUTPUTS = 2 outputs, a block of WARPS = 4 warps covers 8 outputs, and blockIdx.y runs
+over tiles of rows (one row, or ROW_TILE = 4). A GEMV is bound by how fast it moves weights and x through the
+SM, and the mapping is chosen for it:
 
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
-  128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512;
-* loads in flight: a thread loads the weights of STEP = 4 chunks (16 bytes of 4-bit codes, 64 of bf16) before it
-  multiplies any, so their latencies overlap instead of adding up;
-* no shared memory in the loop: the step's dequantized weights sit in registers and each row's accumulator in the
-  thread's local memory, read and written once per step;
+  128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512; x of a multi-row call is
+  read in walk order (`walk_x`), so its loads are coalesced too;
+* reuse: each dequantized weight serves every row of the tile, each x value both outputs of the warp;
+* loads in flight: a thread loads a step's weights, then a step's x values, before it multiplies any, so their
+  latencies overlap instead of adding up;
+* registers: the tile's accumulators, the step's weights and x values are local arrays of constant size indexed
+  by unrolled loops, which the compiler keeps in registers;
 * the THREADS partial sums of an output are added once, after the walk, within its warp.
 
 Each load is one element (a word of codes, a bf16, a float32): numba cannot prove the 16-byte alignment a vector
@@ -141,8 +144,9 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 # A step of the walk has three phases: load the step's weights of both outputs (STEP chunks each, dequantized into
 # registers by the format's `*_chunk` function: the only part that differs between formats), load the step's x
 # values of the tile's rows, then the multiply-adds. The loads of a phase are independent, so they are in flight
-# together. Measured on the H200 at 2B's shapes (docs/performance.rst): one row, a step of 2 chunks is best; 4 rows,
-# a step of 1 keeps the registers (147) under the point where the kernel spills.
+# together. The shapes were chosen by timing variants on the H200 at 2B's shapes (docs/receipts/
+# 2026-11-30-h200-tiles.md, section 3): one row, 2 outputs and 2 chunks a step; more rows, tiles of 4 rows with 2
+# outputs and 1 chunk a step (150 registers a thread: tiles of 8 rows, or 4 outputs a warp, were slower).
 
 OUTPUTS = 2  # outputs a warp computes: each x load feeds both
 WARPS = 4  # warps a block: 8 outputs
