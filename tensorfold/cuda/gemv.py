@@ -159,7 +159,8 @@ WALKED = ROW_TILE  # the shape that reads x in walk order
 def walk_column(p):
     """The column at position p of the walk order: in its round of THREADS chunks, step p // THREADS of thread
     p % THREADS (the inverse of the position the kernels compute in phase 2)."""
-    round_start, step, thread = p // (THREADS * CHUNK) * THREADS * CHUNK, p % (THREADS * CHUNK) // THREADS, p % THREADS
+    round_start = p // (THREADS * CHUNK) * THREADS * CHUNK
+    step, thread = p % (THREADS * CHUNK) // THREADS, p % THREADS
     return round_start + thread * CHUNK + step
 
 
@@ -245,8 +246,8 @@ def gemv_kernel(load_chunk, rows, step, walked):
                     for i in range(step):
                         for e in range(CHUNK):
                             k = (c + i * THREADS) * CHUNK + e
-                            position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k  # walked:
-                            # walk_column(position) == k
+                            # walked: k's place in walk order, the position whose walk_column is k
+                            position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k
                             xs[(r * step + i) * CHUNK + e] = x[first + min(r, live - 1), position] if k < columns \
                                 else np.float32(0)
                 for r in range(rows):  # phase 3: each output's sum in the walk's order
@@ -443,7 +444,8 @@ _ROW_CONTROLS = {"two swapped rows": swap_rows("x"), "a dropped row": drop_row("
 _AFFINE_CONTROLS = {**_ROW_CONTROLS, "a wrong group index": _wrong_group,
                     "chunks 0 and 1 swapped": _chunks_swapped("packed")}
 CONTRACT = [
-    KernelCheck("walk_x", walk_x, _launch_walk, _walk_cases, {**_ROW_CONTROLS, "columns shifted by one": _columns_shifted}),
+    KernelCheck("walk_x", walk_x, _launch_walk, _walk_cases,
+                {**_ROW_CONTROLS, "columns shifted by one": _columns_shifted}),
     KernelCheck("gemv_f32", gemv_f32, _launch_f32, _cases,
                 {**_ROW_CONTROLS, "chunks 0 and 1 swapped": _chunks_swapped("weight")}),
     KernelCheck("gemv_bf16", gemv_bf16, _launch_bf16, _bf16_cases,
