@@ -151,8 +151,7 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 OUTPUTS = 2  # outputs a warp computes: each x load feeds both
 WARPS = 4  # warps a block: 8 outputs
 ROW_TILE = 4  # rows a block holds when the call has more than one
-SHAPES = {1: (1, 2), ROW_TILE: (ROW_TILE, 1)}  # rows a block holds -> (rows, STEP: chunks an output loads per step)
-WALKED = ROW_TILE  # the shape that reads x in walk order
+STEPS = {1: 2, ROW_TILE: 1}  # rows a block holds -> chunks an output loads per step; tiles of more than 1 walk x
 
 
 @cuda.jit(device=True)
@@ -278,22 +277,22 @@ def gemv_kernel(load_chunk, rows, step, walked):
 
 
 class GemvKernels:
-    """One weight format's GEMV kernels, one per shape of SHAPES, compiled on first use."""
+    """One weight format's GEMV kernels, one per tile of STEPS, compiled on first use."""
 
-    def __init__(self, load_chunk, name):
-        self.load_chunk, self.__name__ = load_chunk, name
-        self.shapes = {}
+    def __init__(self, load_chunk):
+        self.load_chunk = load_chunk
+        self.shapes = {}  # rows a block holds -> its kernel
 
     def for_rows(self, rows):
         tile = 1 if rows == 1 else ROW_TILE
         if tile not in self.shapes:
-            self.shapes[tile] = gemv_kernel(self.load_chunk, *SHAPES[tile], walked=tile == WALKED)
+            self.shapes[tile] = gemv_kernel(self.load_chunk, tile, STEPS[tile], walked=tile > 1)
         return tile, self.shapes[tile]
 
 
-gemv_f32_kernel = GemvKernels(f32_chunk, "gemv_f32_kernel")
-gemv_bf16_kernel = GemvKernels(bf16_chunk, "gemv_bf16_kernel")
-gemv_affine_kernel = GemvKernels(affine_chunk, "gemv_affine_kernel")
+gemv_f32_kernel = GemvKernels(f32_chunk)
+gemv_bf16_kernel = GemvKernels(bf16_chunk)
+gemv_affine_kernel = GemvKernels(affine_chunk)
 
 
 def launch_walk_x(x, stream=0):
@@ -314,7 +313,7 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0):
     tile, kernel_for_tile = kernels.for_rows(x.shape[0])
     y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
     grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
-    x_read = launch_walk_x(x, stream) if tile == WALKED else x
+    x_read = launch_walk_x(x, stream) if tile > 1 else x
     kernel_for_tile[grid, WARPS * THREADS, stream](x_read, x.shape[1], *weight_args, y)
     return y
 

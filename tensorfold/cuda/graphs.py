@@ -115,7 +115,7 @@ class Lanes:
     recording, on side stream n of `count`, forked from and joined back to the backend's stream (see above)."""
 
     def __init__(self, backend, count: int):
-        self.backend, self.count = backend, count
+        self.backend = backend
         self.recording = _open if count > 1 else None
         self.main = getattr(backend, "stream", None)
         self.sides = backend.side_streams(count) if self.recording is not None and not SIMULATED else []

@@ -416,22 +416,22 @@ class Qwen35:
         with ops.side_by_side(len(windows)) as lanes:
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):  # each row reads its stream's keys, then its path's
                 with lanes.lane(n):
-                    self._attend(q[a:b], k[a:b], v[a:b], win, i, inputs, out[a:b], (a, b))
+                    self._attend(q, k, v, out, win, i, inputs, a, b)
         out = out.reshape(rows, heads * hd)
         return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])
 
-    def _attend(self, q, k, v, win, i, inputs, out, span):
-        """One window's attention in layer i: its keys and values written at length + slot, then its rows' partials
-        over the stream's committed keys and their paths', merged into `out`."""
-        ops, state, (a, b) = self.ops, win.state, span
+    def _attend(self, q, k, v, out, win, i, inputs, a, b):
+        """Window `win`'s attention in layer i, over the round's rows a .. b - 1: its keys and values written at
+        length + slot, then its rows' partials over the stream's committed keys and their paths', merged into out."""
+        ops, state = self.ops, win.state
         scale = 1.0 / math.sqrt(self.config.head_dim)
-        ops.kv_write(state.keys[i], state.values[i], k, v, inputs.write_at[a:b])
+        ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])
         # Chunks for the row that reads the most keys; a recorded round's cover the cache (lengths change).
         max_keys = None if inputs.recorded else state.length + len(win.ids)
         if win.parents is None:  # a chain's keys sit in order: every row reads cache rows 0 .. n - 1 in place
-            partial = ops.attention_partial(q, state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
+            partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
                                             max_keys=max_keys)
         else:
-            partial = ops.attention_partial(q, state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
+            partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
                                             state.length, win.maps.path_slots, max_keys=max_keys)
-        ops.attention_merge(*partial, out=out)
+        ops.attention_merge(*partial, out=out[a:b])
