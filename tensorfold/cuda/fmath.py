@@ -83,9 +83,10 @@ def fma_rn_twin(a, b, c):
 
 
 if SIMULATED:  # the simulator's cuda.fma rounds the product and the sum separately: use the twin's arithmetic
-    @cuda.jit(device=True)
     def fma_rn(a, b, c):
-        """a * b + c with one rounding to float32 (fma.rn.f32); here, the twin's emulation of it."""
+        """a * b + c with one rounding to float32 (fma.rn.f32); here, the twin's emulation of it. A plain function:
+        the simulator runs a device function's every call under a lock of its module, and at one call per
+        multiply-add a block's threads could queue on it for the whole switch interval, call after call."""
         return np.float32(fma_rn_twin(a, b, c))
 else:
     @cuda.jit(device=True)

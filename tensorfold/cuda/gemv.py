@@ -14,7 +14,7 @@ neighbours.
 
 The kernels (the section "the kernels" below has the details and the measurements behind them): a warp's
 THREADS = 32 threads walk OUTPUTS = 2 outputs, a block of WARPS = 4 warps covers 8 outputs, and blockIdx.y runs
-over tiles of rows (one row, or ROW_TILE = 4). A GEMV is bound by how fast it moves weights and x through the
+over tiles of rows (one row, 4 or 8). A GEMV is bound by how fast it moves weights and x through the
 SM, and the mapping is chosen for it:
 
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
@@ -131,27 +131,37 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 # output in the halving tree. What the mapping adds is reuse, the whole point at more than one row:
 #
 # * a warp computes OUTPUTS = 2 outputs, so every x value it loads feeds both;
-# * a block holds a tile of rows (1 for a one-row call, ROW_TILE = 4 otherwise; blockIdx.y runs over the tiles), so
-#   every weight it dequantizes feeds each row of the tile;
+# * a block holds a tile of rows (1 for a one-row call, 4 for up to 4 rows, 8 for more; blockIdx.y runs over the
+#   tiles), so every weight it dequantizes feeds each row of the tile;
 # * the tile's accumulators (rows x OUTPUTS), the step's weights and x values are local arrays of constant size
 #   indexed by unrolled loops, which keeps them in registers (a row count only known at run time put the
 #   accumulators in local memory, and 16 rows cost 9 times one);
 # * x is read in walk order (`walk_x`, one small launch per GEMV): step e of a round, thread t reads the position
 #   round * THREADS * CHUNK + e * THREADS + t, so a warp's 32 loads are one coalesced 128-byte line where the
 #   columns themselves (t * CHUNK + e) would be 32 lines. The one-row shape reads x as it is: one row of x stays
-#   in L1, and there the strided loads cost less than the walk's launch.
+#   in L1, and the walk's launch would cost about what it saves.
 #
 # A step of the walk has three phases: load the step's weights of both outputs (STEP chunks each, dequantized into
 # registers by the format's `*_chunk` function: the only part that differs between formats), load the step's x
 # values of the tile's rows, then the multiply-adds. The loads of a phase are independent, so they are in flight
 # together. The shapes were chosen by timing variants on the H200 at 2B's shapes (docs/receipts/
-# 2026-11-30-h200-tiles.md, section 3): one row, 2 outputs and 2 chunks a step; more rows, tiles of 4 rows with 2
-# outputs and 1 chunk a step (150 registers a thread: tiles of 8 rows, or 4 outputs a warp, were slower).
+# 2026-11-30-h200-tiles.md, section 3, and 2026-11-30-h200-lean.md): one row, 2 outputs and 2 chunks a step; more
+# rows, tiles of 4 or 8 rows with 2 outputs and 1 chunk a step.
+#
+# The step's arithmetic is a few dozen multiply-adds, so the integer work around it decides the speed (a first
+# version spent 20 integer instructions per multiply-add and ran at a third of the speed):
+# * the arrays come in flat, and each load's index is formed from a row offset computed once per thread;
+# * indices are unsigned (`np.uint64(...)`): numba fixes up every signed index for negative values, a compare and
+#   a select per dimension of every load, and these never are negative;
+# * a format's constants (the bits of a code, the group size) are constants of the kernel, so a code's shift and
+#   a chunk's group are shifts by constants, not divisions;
+# * the interior steps, whose columns all exist, check no column (`careful` is false); only the last steps (a chunk
+#   cut short, a chunk past the last one) check each. Rows past the tile's last are computed on its last row's x
+#   and never written, so no multiply-add waits on a check of its row.
 
 OUTPUTS = 2  # outputs a warp computes: each x load feeds both
 WARPS = 4  # warps a block: 8 outputs
-ROW_TILE = 4  # rows a block holds when the call has more than one
-STEPS = {1: 2, ROW_TILE: 1}  # rows a block holds -> chunks an output loads per step; tiles of more than 1 walk x
+STEPS = {1: 2, 4: 1, 8: 1}  # rows a block holds -> chunks an output loads per step; tiles of more than 1 walk x
 
 
 @cuda.jit(device=True)
@@ -181,13 +191,20 @@ def walk_x_kernel(x, out):
         out[r, p] = x[r, column] if column < x.shape[1] else np.float32(0)
 
 
-@cuda.jit(device=True)
-def f32_chunk(weight, scales, biases, bits, group_size, o, chunk, columns, weights, at):
-    """The CHUNK weights of (output o, chunk) into weights[at:]: float32 as stored (a column past the last reloads
-    it; nothing adds it). Every format's loader takes the affine one's arguments; the float formats ignore
-    scales, biases, bits and group size (`launch_gemv` passes the weight in their place)."""
-    for e in range(CHUNK):
-        weights[at + e] = weight[o, min(chunk * CHUNK + e, columns - 1)]
+# The loaders: `load(data, width, scales, biases, groups, o, chunk, columns, weights, at, careful)` puts the CHUNK
+# weights of (output o, chunk) into weights[at:], as float32. `data` is the flat weight (`width` entries a row),
+# `scales` and `biases` flat [out * groups] (the float formats ignore them). `careful`: the chunk may reach past
+# the last column, whose weight is then reloaded (nothing adds it). Each format's `*_chunk(bits, group_size)`
+# builds its loader with its constants.
+
+def f32_chunk(bits, group_size):
+    """float32 as stored."""
+    @cuda.jit(device=True)
+    def load(weight, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+        for e in range(CHUNK):
+            column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
+            weights[at + e] = weight[np.uint64(o * width + column)]
+    return load
 
 
 @cuda.jit(device=True)
@@ -198,61 +215,79 @@ def bf16_bits_to_f32(bits):
     return word.view(np.float32)[0]
 
 
-@cuda.jit(device=True)
-def bf16_chunk(weight_bits, scales, biases, bits, group_size, o, chunk, columns, weights, at):
+def bf16_chunk(bits, group_size):
     """bf16: the stored 16 bits widened to float32, exactly."""
-    for e in range(CHUNK):
-        weights[at + e] = bf16_bits_to_f32(weight_bits[o, min(chunk * CHUNK + e, columns - 1)])
+    @cuda.jit(device=True)
+    def load(weight_bits, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+        for e in range(CHUNK):
+            column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
+            weights[at + e] = bf16_bits_to_f32(weight_bits[np.uint64(o * width + column)])
+    return load
 
 
-@cuda.jit(device=True)
-def affine_chunk(packed, scales, biases, bits, group_size, o, chunk, columns, weights, at):
+def affine_chunk(bits, group_size):
     """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit), its group's scale and bias, and each
-    code dequantized with fma_rn(scale, code, bias) (a code is a small integer: exact as float32)."""
-    words = CHUNK * bits // 32
-    low, high = packed[o, chunk * words], packed[o, chunk * words + words - 1]  # 4-bit: the same word
-    codes = np.uint64(low) | (np.uint64(high) << np.uint64(32))
-    g = chunk * CHUNK // group_size
-    scale, bias = scales[o, g], biases[o, g]
-    for e in range(CHUNK):
-        code = (codes >> np.uint64(bits * e)) & np.uint64((1 << bits) - 1)
-        weights[at + e] = fma_rn(scale, np.float32(code), bias)
+    code dequantized with fma_rn(scale, code, bias) (a code is a small integer: exact as float32). A group size
+    is a multiple of CHUNK, so a chunk never reaches past the last column."""
+    words, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
+    chunks_per_group = group_size // CHUNK
+
+    @cuda.jit(device=True)
+    def load(packed, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+        g = np.uint64(o * groups + chunk // chunks_per_group)
+        scale, bias = scales[g], biases[g]
+        for w in range(words):
+            word = packed[np.uint64(o * width + chunk * words + w)]
+            for e in range(per_word):  # element e of a word sits at bit bits * e
+                code = (word >> np.uint32(bits * e)) & mask
+                weights[at + w * per_word + e] = fma_rn(scale, np.float32(code), bias)
+    return load
 
 
 def gemv_kernel(load_chunk, rows, step, walked):
-    """The GEMV kernel for one weight format (`load_chunk`) and one shape: `rows` a block, `step` chunks an output
-    loads before it multiplies, x `walked` or as it is. The local arrays' sizes are constants of the closure, as
-    numba needs."""
+    """The GEMV kernel for one weight format's loader (`load_chunk`) and one shape: `rows` a block, `step` chunks
+    an output loads before it multiplies, x `walked` or as it is. The local arrays' sizes are constants of the
+    closure, as numba needs."""
     accumulators, step_weights, step_x = rows * OUTPUTS, OUTPUTS * step * CHUNK, rows * step * CHUNK
 
     @kernel
-    def gemv_tile_kernel(x, columns, data, scales, biases, bits, group_size, y):
+    def gemv_tile_kernel(x, x_width, columns, data, width, scales, biases, groups, y):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
         base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
-        live, chunks = min(rows, y.shape[0] - first), -(-columns // CHUNK)  # the tile's rows; chunks of a row
+        live = min(rows, y.shape[0] - first)  # the tile's rows
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
         weights = cuda.local.array(step_weights, np.float32)  # weights[(j * step + i) * CHUNK + e]
         xs = cuda.local.array(step_x, np.float32)  # xs[(r * step + i) * CHUNK + e]
+        outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
+        x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts in x (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
+        for j in range(OUTPUTS):
+            outputs[j] = min(base + j, y.shape[1] - 1)
+        for r in range(rows):
+            x_rows[r] = (first + min(r, live - 1)) * x_width
         if base < y.shape[1]:  # a warp past the last output only joins the tree
+            chunks = -(-columns // CHUNK)
+            interior = columns // CHUNK - (step - 1) * THREADS  # a step from a chunk before this has whole chunks
             for c in range(t, chunks, step * THREADS):  # the step's chunks: c, c + THREADS, ...
-                for j in range(OUTPUTS):  # phase 1: weights (past the last output or chunk: reloads of the last)
+                careful = c >= interior  # the step reaches past the last whole chunk: check its columns
+                for j in range(OUTPUTS):  # phase 1: weights (a chunk past the last reloads the last)
                     for i in range(step):
-                        load_chunk(data, scales, biases, bits, group_size, min(base + j, y.shape[1] - 1),
-                                   min(c + i * THREADS, chunks - 1), columns, weights, (j * step + i) * CHUNK)
-                for r in range(rows):  # phase 2: x of column k (a row past the tile's reloads its last row)
+                        chunk = min(c + i * THREADS, chunks - 1) if careful else c + i * THREADS
+                        load_chunk(data, width, scales, biases, groups, outputs[j], chunk, columns, weights,
+                                   (j * step + i) * CHUNK, careful)
+                for r in range(rows):  # phase 2: x of column k (past the last column: 0)
                     for i in range(step):
                         for e in range(CHUNK):
                             k = (c + i * THREADS) * CHUNK + e
                             # walked: k's place in walk order, the position whose walk_column is k
                             position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k
-                            xs[(r * step + i) * CHUNK + e] = x[first + min(r, live - 1), position] if k < columns \
-                                else np.float32(0)
+                            value = x[np.uint64(x_rows[r] + position)] if not careful or k < columns else np.float32(0)
+                            xs[(r * step + i) * CHUNK + e] = value
                 for r in range(rows):  # phase 3: each output's sum in the walk's order
                     for i in range(step):
                         for e in range(CHUNK):
-                            if r < live and (c + i * THREADS) * CHUNK + e < columns:
+                            if not careful or (c + i * THREADS) * CHUNK + e < columns:
                                 for j in range(OUTPUTS):
                                     acc[r * OUTPUTS + j] = fma_rn(weights[(j * step + i) * CHUNK + e],
                                                                   xs[(r * step + i) * CHUNK + e], acc[r * OUTPUTS + j])
@@ -277,17 +312,18 @@ def gemv_kernel(load_chunk, rows, step, walked):
 
 
 class GemvKernels:
-    """One weight format's GEMV kernels, one per tile of STEPS, compiled on first use."""
+    """One weight format's GEMV kernels, one per tile of STEPS and format constants, compiled on first use."""
 
-    def __init__(self, load_chunk):
-        self.load_chunk = load_chunk
-        self.shapes = {}  # rows a block holds -> its kernel
+    def __init__(self, loader):
+        self.loader = loader  # (bits, group_size) -> the format's `load` device function
+        self.shapes = {}  # (rows a block holds, bits, group size) -> its kernel
 
-    def for_rows(self, rows):
-        tile = 1 if rows == 1 else ROW_TILE
-        if tile not in self.shapes:
-            self.shapes[tile] = gemv_kernel(self.load_chunk, tile, STEPS[tile], walked=tile > 1)
-        return tile, self.shapes[tile]
+    def for_call(self, rows, bits, group_size):
+        tile = min((tile for tile in STEPS if tile >= rows), default=max(STEPS))  # the least that holds them
+        if (tile, bits, group_size) not in self.shapes:
+            self.shapes[tile, bits, group_size] = gemv_kernel(self.loader(bits, group_size), tile, STEPS[tile],
+                                                              walked=tile > 1)
+        return tile, self.shapes[tile, bits, group_size]
 
 
 gemv_f32_kernel = GemvKernels(f32_chunk)
@@ -303,20 +339,25 @@ def launch_walk_x(x, stream=0):
     return out
 
 
+def flat(a):
+    return a.reshape(a.size)
+
+
 def launch_gemv(kernels, x, out_features, *weight_args, stream=0):
     """Run a format's GEMV (`kernels`: gemv_f32_kernel, gemv_bf16_kernel or gemv_affine_kernel) over the rows of the
     device array x; `weight_args` are the weight (float formats) or (packed, scales, biases, bits, group_size).
     Returns y [rows, out_features]."""
     if len(weight_args) == 1:  # a float format: its weight stands in for the scales and biases it ignores
-        weight_args = (weight_args[0], weight_args[0], weight_args[0], 32, CHUNK)
-    assert weight_args[-1] % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
-    tile, kernel_for_tile = kernels.for_rows(x.shape[0])
+        weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
+    data, scales, biases, bits, group_size = weight_args
+    assert group_size % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
+    tile, kernel_for_tile = kernels.for_call(x.shape[0], bits, group_size)
     y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
     grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
     x_read = launch_walk_x(x, stream) if tile > 1 else x
-    kernel_for_tile[grid, WARPS * THREADS, stream](x_read, x.shape[1], *weight_args, y)
+    kernel_for_tile[grid, WARPS * THREADS, stream](flat(x_read), x_read.shape[1], x.shape[1], flat(data),
+                                                   data.shape[1], flat(scales), flat(biases), scales.shape[1], y)
     return y
-
 
 
 # --- embedding rows: the lookup of token ids, dequantized like the GEMV's weights -----------------------------------
