@@ -69,11 +69,12 @@ def host(arrays):
 #
 # Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. So one
 # thread per (h, j) keeps its column in a local array for the whole window and walks i in order for both sums.
-# There is no reduction across threads, no barrier and no shared memory; the twin runs the same loop over i,
+# There is no reduction across threads; the columns of a head share the row's key and query, which a block stages in
+# shared memory once a row (`scan_kernel` builds the kernel for one dk). The twin runs the same loop over i,
 # vectorised over (h, j). Value head h reads key head h // (nv / nk): consecutive value heads share a key head.
 print(inspect.getsource(deltanet.deltanet_scan))
 print(inspect.getsource(deltanet._column_sum))
-print(inspect.getsource(deltanet.deltanet_scan_kernel.py_func))
+print(inspect.getsource(deltanet.scan_kernel))
 
 # %%
 # The gates

@@ -103,10 +103,12 @@ def deltanet_apply(state, log, path):
 
 # --- the kernels --------------------------------------------------------------------------------------------------
 # deltanet_gates: one thread per (row, value head), elementwise. The scan and the apply: one thread per (value head h,
-# column j) of a grid over [nv, dv]; the thread keeps column j of its head's state in `col` (a local array of MAX_DK
-# floats) from the first row to the last, and nothing else ever touches that column, so no thread waits for another.
+# column j) of a grid over [nv, dv]; the thread keeps column j of its head's state in `col` (a local array of dk
+# floats) from the first row to the last, and nothing else ever touches that column. The scan's blocks hold columns
+# of one head, which share the row's key and query: the block stages them in shared memory once a row (two
+# barriers a row, the only waits between threads).
 
-MAX_DK = 128  # the longest key head a scan or apply thread can hold (Qwen3.5: dk = 128)
+MAX_DK = 128  # the longest key head an apply thread can hold (Qwen3.5: dk = 128)
 COLUMNS = 64  # threads per block of the scan and the apply (no reduction, so the bits do not depend on it)
 LOADS = 16  # state values a thread loads before it stores any: their memory latencies overlap
 
@@ -144,15 +146,23 @@ def deltanet_gates_launch(b, a, a_log, dt_bias, stream=0):
     return decay, beta
 
 
-@kernel
-def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
-                         log_key):
-    i = cuda.grid(1)
-    nv, dk, dv = state.shape[0], state.shape[1], state.shape[2]
-    h, j = i // dv, i % dv
-    g = h // (nv // q.shape[1])  # the query/key head that value head h reads
-    col = cuda.local.array(MAX_DK, np.float32)
-    if h < nv:
+def scan_kernel(dk):
+    """The scan kernel for key heads of dk (a constant of the closure, so the loops over the key dimension have a
+    fixed count and `col`, `keys` and `queries` fixed sizes). A block is COLUMNS columns of one value head
+    (blockIdx.y); the row's key and query, which every column of the head reads, are staged once in shared
+    memory, so the two sums over i read them there instead of each thread loading them from global memory."""
+
+    @kernel
+    def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
+                             log_key):
+        h, t = cuda.blockIdx.y, cuda.threadIdx.x
+        nv, dv = state.shape[0], state.shape[2]
+        j = min(cuda.blockIdx.x * COLUMNS + t, dv - 1)  # a thread past the last column runs the last, unwritten
+        live = cuda.blockIdx.x * COLUMNS + t < dv
+        g = h // (nv // q.shape[1])  # the query/key head that value head h reads
+        col = cuda.local.array(dk, np.float32)
+        keys = cuda.shared.array(dk, np.float32)
+        queries = cuda.shared.array(dk, np.float32)
         load_column(state, h, j, col)
         for r in range(q.shape[0]):
             depth = depths[r]
@@ -163,24 +173,36 @@ def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, n
                     ancestor = path_slots[r, d]
                     for n in range(dk):
                         col[n] = fma32(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
+            cuda.syncthreads()  # every thread is done with the last row's key and query
+            for n in range(t, dk, COLUMNS):
+                keys[n], queries[n] = k[r, g, n], q[r, g, n]
+            cuda.syncthreads()
             a = decay[r, h]
             read = np.float32(0)
             for n in range(dk):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
                 col[n] = col[n] * a
-                read = fma32(col[n], k[r, g, n], read)
+                read = fma32(col[n], keys[n], read)
             delta = (v[r, h, j] - read) * beta[r, h]
             o = np.float32(0)
             for n in range(dk):  # write, then output: o[j] = sum_i S[i, j] * q[i] from the updated column
-                col[n] = fma32(k[r, g, n], delta, col[n])
-                o = fma32(col[n], q[r, g, n], o)
-            out[r, h, j] = o
-            log_delta[r, h, j] = delta
-            if j == 0:
-                log_decay[r, h] = a
-            for n in range(j, dk, dv):  # the head's key, spread over the head's threads
-                log_key[r, h, n] = k[r, g, n]
-        for n in range(dk):
-            new_state[h, n, j] = col[n]
+                col[n] = fma32(keys[n], delta, col[n])
+                o = fma32(col[n], queries[n], o)
+            if live:
+                out[r, h, j] = o
+                log_delta[r, h, j] = delta
+            if cuda.blockIdx.x == 0:
+                if t == 0:
+                    log_decay[r, h] = a
+                for n in range(t, dk, COLUMNS):  # the head's key, from the first block of the head
+                    log_key[r, h, n] = keys[n]
+        if live:
+            for n in range(dk):
+                new_state[h, n, j] = col[n]
+
+    return deltanet_scan_kernel
+
+
+scan_kernels = {}  # dk -> its scan kernel, compiled on first use
 
 
 def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=None, in_place=False, out=None,
@@ -194,7 +216,6 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
     """
     nv, dk, dv = state.shape
     rows = q.shape[0]
-    assert dk <= MAX_DK, f"key heads of {dk} > MAX_DK = {MAX_DK}"
     assert nv % q.shape[1] == 0, "value heads must be a multiple of key heads"
     if depths is None:
         depths = cuda.to_device(paths.depths(paths.chain(rows)), stream=stream)
@@ -204,8 +225,10 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
     log = (cuda.device_array((rows, nv), np.float32, stream=stream),
            cuda.device_array((rows, nv, dv), np.float32, stream=stream),
            cuda.device_array((rows, nv, dk), np.float32, stream=stream))
-    deltanet_scan_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, q, k, v, decay, beta, depths, path_slots,
-                                                                  out, new_state, *log)
+    if dk not in scan_kernels:
+        scan_kernels[dk] = scan_kernel(dk)
+    scan_kernels[dk][(-(-dv // COLUMNS), nv), COLUMNS, stream](state, q, k, v, decay, beta, depths, path_slots, out,
+                                                                new_state, *log)
     return out, new_state, log
 
 
