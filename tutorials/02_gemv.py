@@ -68,14 +68,14 @@ check(fma_rn_twin(halfway, halfway, tiny) == up and fma32.py_func(halfway, halfw
 # Thread t of an output's warp walks the chunks t, t + THREADS, ... (CHUNK columns each, in order). In the twin, one
 # pass of the loop over `e` is one step of every thread's walk, vectorised over (thread, row, output); `walk_order`
 # lays the columns out so that a step's are neighbours, and `tree_sum` is the warp's halving tree. The kernel
-# (`gemv_kernel` builds one per weight format and shape) runs the same walk for the outputs of its warp and the
-# rows of its block's tile: it loads a step's chunks as stored (the format's `fetch`), then makes the multiply-adds,
-# each output's in the walk's order, with each weight dequantized by the format's `weight`. Read them side by side:
+# (`gemv_kernel` builds one per weight format and shape) runs the same walk for the two outputs of its warp and
+# the rows of its block's tile: it loads a step's weights (the format's `*_chunk` function dequantizes them), then
+# the step's x values, then makes the multiply-adds, each output's in the walk's order. Read them side by side:
 print(inspect.getsource(gemv.walk_order))
 print(inspect.getsource(gemv.gemv))
 print(inspect.getsource(tree_sum))
 print(inspect.getsource(gemv.gemv_kernel))
-print(inspect.getsource(gemv.affine_format))
+print(inspect.getsource(gemv.affine_chunk))
 print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_order(64)[:8].tolist()}[t]")
 # Past one row the kernel reads x in walk order, so that the 32 threads of a warp read 32 neighbouring floats (the
 # columns t * CHUNK + e they need are CHUNK floats apart). `walk_x` is that layout, and a small kernel makes it:
@@ -110,8 +110,8 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # 4-bit weights, dequantized in the loop
 # --------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
-# columns. A chunk is one word: the kernel loads a step's words with their scales and biases, and dequantizes each
-# code with `fma_rn(scale, code, bias)` where it is used (a tile: once, for every row of the tile).
+# columns. A chunk is one word: the kernel loads a step's words with their scales and biases, dequantizes each code
+# with `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile.
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)

@@ -13,16 +13,16 @@ few NumPy passes vectorised over (thread, row, output); `walk_order` lays the co
 neighbours.
 
 The kernels (the section "the kernels" below has the details and the measurements behind them): a warp's
-THREADS = 32 threads walk a few outputs (4 for one row, 2 in a tile), a block has WARPS = 4 warps, and blockIdx.y
-runs over tiles of rows (one row, 4 or 8). A GEMV is bound by how fast it moves weights and x through the SM, and
-the mapping is chosen for it:
+THREADS = 32 threads walk OUTPUTS = 2 outputs, a block of WARPS = 4 warps covers 8 outputs, and blockIdx.y runs
+over tiles of rows (one row, 4 or 8). A GEMV is bound by how fast it moves weights and x through the
+SM, and the mapping is chosen for it:
 
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
   128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512; x of a multi-row call is
   read in walk order (`walk_x`), so its loads are coalesced too;
-* reuse: each dequantized weight serves every row of the tile, each x value every output of the warp;
-* loads in flight: a thread loads a step's weights (as stored: a word holds 8 codes), then a tile's x values,
-  before it multiplies any, so their latencies overlap instead of adding up;
+* reuse: each dequantized weight serves every row of the tile, each x value both outputs of the warp;
+* loads in flight: a thread loads a step's weights, then a step's x values, before it multiplies any, so their
+  latencies overlap instead of adding up;
 * registers: the tile's accumulators, the step's weights and x values are local arrays of constant size indexed
   by unrolled loops, which the compiler keeps in registers;
 * the THREADS partial sums of an output are added once, after the walk, within its warp.
@@ -130,10 +130,10 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 # each of its outputs, each chunk's columns in order, and at the end the warp adds the THREADS partial sums of each
 # output in the halving tree. What the mapping adds is reuse, the whole point at more than one row:
 #
-# * a warp computes several outputs (4 for one row, 2 in a tile), so every x value it loads feeds each;
+# * a warp computes OUTPUTS = 2 outputs, so every x value it loads feeds both;
 # * a block holds a tile of rows (1 for a one-row call, 4 for up to 4 rows, 8 for more; blockIdx.y runs over the
 #   tiles), so every weight it dequantizes feeds each row of the tile;
-# * the tile's accumulators (rows x outputs), the step's weights and x values are local arrays of constant size
+# * the tile's accumulators (rows x OUTPUTS), the step's weights and x values are local arrays of constant size
 #   indexed by unrolled loops, which keeps them in registers (a row count only known at run time put the
 #   accumulators in local memory, and 16 rows cost 9 times one);
 # * x is read in walk order (`walk_x`, one small launch per GEMV): step e of a round, thread t reads the position
@@ -141,14 +141,12 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   columns themselves (t * CHUNK + e) would be 32 lines. The one-row shape reads x as it is: one row of x stays
 #   in L1, and the walk's launch would cost about what it saves.
 #
-# A step of the walk loads its chunks of each output as stored (the format's `fetch`: a word of 4-bit codes, its
-# scale and bias), so a thread holds several chunks in flight in few registers. One row then multiplies each
-# weight where it is dequantized (the format's `weight`: the only arithmetic that differs between formats); a tile
-# dequantizes the step's weights once for all its rows, loads the rows' x values, then multiplies. The loads of a
-# phase are independent, so they are in flight together. The shapes were chosen by timing variants on the H200 at
-# 2B's shapes (docs/receipts/2026-11-30-h200-tiles.md, section 3, and 2026-11-30-h200-lean.md): one row, 4
-# outputs a warp holding 4 words of each a step (4 chunks of 4-bit codes); tiles of 4 or 8 rows with 2 outputs and
-# 1 chunk a step.
+# A step of the walk has three phases: load the step's weights of both outputs (STEP chunks each, dequantized into
+# registers by the format's `*_chunk` function: the only part that differs between formats), load the step's x
+# values of the tile's rows, then the multiply-adds. The loads of a phase are independent, so they are in flight
+# together. The shapes were chosen by timing variants on the H200 at 2B's shapes (docs/receipts/
+# 2026-11-30-h200-tiles.md, section 3, and 2026-11-30-h200-lean.md): one row, 2 outputs and 2 chunks a step; more
+# rows, tiles of 4 or 8 rows with 2 outputs and 1 chunk a step.
 #
 # The step's arithmetic is a few dozen multiply-adds, so the integer work around it decides the speed (a first
 # version spent 20 integer instructions per multiply-add and ran at a third of the speed):
@@ -161,8 +159,9 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   cut short, a chunk past the last one) check each. Rows past the tile's last are computed on its last row's x
 #   and never written, so no multiply-add waits on a check of its row.
 
-WARPS = 4  # warps a block
-TILES = {1: (4, 4), 4: (2, 1), 8: (2, 1)}  # rows a block holds -> (outputs a warp, words of each it holds a step)
+OUTPUTS = 2  # outputs a warp computes: each x load feeds both
+WARPS = 4  # warps a block: 8 outputs
+STEPS = {1: 2, 4: 1, 8: 1}  # rows a block holds -> chunks an output loads per step; tiles of more than 1 walk x
 
 
 @cuda.jit(device=True)
@@ -192,101 +191,79 @@ def walk_x_kernel(x, out):
         out[r, p] = x[r, column] if column < x.shape[1] else np.float32(0)
 
 
-# The formats: each is (words, fetch, weight, held type), built by `*_format(bits, group_size)` with its constants.
-# `fetch(data, width, scales, biases, groups, o, chunk, columns, held, scale_bias, at, careful)` loads chunk `chunk`
-# of output o as stored: its `words` entries into held[at * words:], and for affine its group's scale and bias
-# into scale_bias[2 * at:]. `data` is the flat weight (`width` entries a row), `scales` and `biases` flat
-# [out * groups] (the float formats ignore them); `careful`: the chunk may reach past the last column, whose entry
-# is then reloaded (nothing adds it). `weight(held, scale_bias, at, e)` is the chunk's column e as float32: the
-# only arithmetic that differs between formats, done where the weight is used, so a step holds its chunks packed.
+# The loaders: `load(data, width, scales, biases, groups, o, chunk, columns, weights, at, careful)` puts the CHUNK
+# weights of (output o, chunk) into weights[at:], as float32. `data` is the flat weight (`width` entries a row),
+# `scales` and `biases` flat [out * groups] (the float formats ignore them). `careful`: the chunk may reach past
+# the last column, whose weight is then reloaded (nothing adds it). Each format's `*_chunk(bits, group_size)`
+# builds its loader with its constants.
 
-@cuda.jit(device=True)
-def f32_from_bits(bits):
-    """The float32 with these 32 bits: exact, and the same in the simulator (no bit-cast needed)."""
-    word = cuda.local.array(1, np.uint32)
-    word[0] = bits
-    return word.view(np.float32)[0]
+def f32_chunk(bits, group_size):
+    """float32 as stored."""
+    @cuda.jit(device=True)
+    def load(weight, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+        for e in range(CHUNK):
+            column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
+            weights[at + e] = weight[np.uint64(o * width + column)]
+    return load
 
 
 @cuda.jit(device=True)
 def bf16_bits_to_f32(bits):
-    """The float32 whose top half is `bits` (bf16): exact."""
-    return f32_from_bits(np.uint32(bits) << 16)
+    """The float32 whose top half is `bits`: exact, and the same in the simulator (no bf16 type needed)."""
+    word = cuda.local.array(1, np.uint32)
+    word[0] = np.uint32(bits) << 16
+    return word.view(np.float32)[0]
 
 
-def f32_format(bits, group_size):
-    """float32 as stored: 8 values a chunk."""
+def bf16_chunk(bits, group_size):
+    """bf16: the stored 16 bits widened to float32, exactly."""
     @cuda.jit(device=True)
-    def fetch(weight, width, scales, biases, groups, o, chunk, columns, held, scale_bias, at, careful):
+    def load(weight_bits, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
         for e in range(CHUNK):
             column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
-            held[at * CHUNK + e] = weight[np.uint64(o * width + column)]
-
-    @cuda.jit(device=True)
-    def weight(held, scale_bias, at, e):
-        return held[at * CHUNK + e]
-    return CHUNK, fetch, weight, np.float32
+            weights[at + e] = bf16_bits_to_f32(weight_bits[np.uint64(o * width + column)])
+    return load
 
 
-def bf16_format(bits, group_size):
-    """bf16: 8 values a chunk, each widened to float32 where it is used (exact)."""
-    @cuda.jit(device=True)
-    def fetch(weight_bits, width, scales, biases, groups, o, chunk, columns, held, scale_bias, at, careful):
-        for e in range(CHUNK):
-            column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
-            held[at * CHUNK + e] = weight_bits[np.uint64(o * width + column)]
-
-    @cuda.jit(device=True)
-    def weight(held, scale_bias, at, e):
-        return bf16_bits_to_f32(held[at * CHUNK + e])
-    return CHUNK, fetch, weight, np.uint32
-
-
-def affine_format(bits, group_size):
-    """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit) and its group's scale and bias; a code is
-    dequantized with fma_rn(scale, code, bias) (a code is a small integer: exact as float32). A group size is a
-    multiple of CHUNK, so a chunk never reaches past the last column."""
+def affine_chunk(bits, group_size):
+    """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit), its group's scale and bias, and each
+    code dequantized with fma_rn(scale, code, bias) (a code is a small integer: exact as float32). A group size
+    is a multiple of CHUNK, so a chunk never reaches past the last column."""
     words, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
     chunks_per_group = group_size // CHUNK
 
     @cuda.jit(device=True)
-    def fetch(packed, width, scales, biases, groups, o, chunk, columns, held, scale_bias, at, careful):
+    def load(packed, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
         g = np.uint64(o * groups + chunk // chunks_per_group)
-        scale_bias[2 * at], scale_bias[2 * at + 1] = scales[g], biases[g]
+        scale, bias = scales[g], biases[g]
         for w in range(words):
-            held[at * words + w] = packed[np.uint64(o * width + chunk * words + w)]
-
-    @cuda.jit(device=True)
-    def weight(held, scale_bias, at, e):
-        code = (held[at * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask  # element 0 lowest
-        return fma_rn(scale_bias[2 * at], np.float32(code), scale_bias[2 * at + 1])
-    return words, fetch, weight, np.uint32
+            word = packed[np.uint64(o * width + chunk * words + w)]
+            for e in range(per_word):  # element e of a word sits at bit bits * e
+                code = (word >> np.uint32(bits * e)) & mask
+                weights[at + w * per_word + e] = fma_rn(scale, np.float32(code), bias)
+    return load
 
 
-def gemv_kernel(weight_format, rows, outputs, step, walked):
-    """The GEMV kernel for one weight format and one shape: `rows` a block, `outputs` a warp, `step` chunks an
-    output loads before it multiplies, x `walked` or as it is. The local arrays' sizes are constants of the
+def gemv_kernel(load_chunk, rows, step, walked):
+    """The GEMV kernel for one weight format's loader (`load_chunk`) and one shape: `rows` a block, `step` chunks
+    an output loads before it multiplies, x `walked` or as it is. The local arrays' sizes are constants of the
     closure, as numba needs."""
-    words, fetch, weight, held_type = weight_format
-    accumulators, held_words, step_weights, step_x = (rows * outputs, outputs * step * words,
-                                                      outputs * step * CHUNK, rows * step * CHUNK)
+    accumulators, step_weights, step_x = rows * OUTPUTS, OUTPUTS * step * CHUNK, rows * step * CHUNK
 
     @kernel
     def gemv_tile_kernel(x, x_width, columns, data, width, scales, biases, groups, y):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
-        base = (cuda.blockIdx.x * WARPS + warp) * outputs  # the warp's first output
+        base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
         live = min(rows, y.shape[0] - first)  # the tile's rows
-        acc = cuda.local.array(accumulators, np.float32)  # acc[r * outputs + j]: row r, output base + j
-        held = cuda.local.array(held_words, held_type)  # the step's chunks as stored: chunk (j, i) at j * step + i
-        scale_bias = cuda.local.array(2 * outputs * step, np.float32)
-        weights = cuda.local.array(step_weights, np.float32)  # weights[(j * step + i) * CHUNK + e] (tiles)
-        xs = cuda.local.array(step_x, np.float32)  # xs[(r * step + i) * CHUNK + e] (tiles)
-        out_rows = cuda.local.array(outputs, np.int64)  # the warp's outputs (past the last: the last)
+        acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
+        weights = cuda.local.array(step_weights, np.float32)  # weights[(j * step + i) * CHUNK + e]
+        xs = cuda.local.array(step_x, np.float32)  # xs[(r * step + i) * CHUNK + e]
+        outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
         x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts in x (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
-        for j in range(outputs):
-            out_rows[j] = min(base + j, y.shape[1] - 1)
+        for j in range(OUTPUTS):
+            outputs[j] = min(base + j, y.shape[1] - 1)
         for r in range(rows):
             x_rows[r] = (first + min(r, live - 1)) * x_width
         if base < y.shape[1]:  # a warp past the last output only joins the tree
@@ -294,45 +271,30 @@ def gemv_kernel(weight_format, rows, outputs, step, walked):
             interior = columns // CHUNK - (step - 1) * THREADS  # a step from a chunk before this has whole chunks
             for c in range(t, chunks, step * THREADS):  # the step's chunks: c, c + THREADS, ...
                 careful = c >= interior  # the step reaches past the last whole chunk: check its columns
-                for j in range(outputs):  # phase 1: the chunks as stored (a chunk past the last reloads the last)
+                for j in range(OUTPUTS):  # phase 1: weights (a chunk past the last reloads the last)
                     for i in range(step):
                         chunk = min(c + i * THREADS, chunks - 1) if careful else c + i * THREADS
-                        fetch(data, width, scales, biases, groups, out_rows[j], chunk, columns, held, scale_bias,
-                              j * step + i, careful)
-                if rows == 1:  # one row: each weight is used once, where it is dequantized; x read as it is
+                        load_chunk(data, width, scales, biases, groups, outputs[j], chunk, columns, weights,
+                                   (j * step + i) * CHUNK, careful)
+                for r in range(rows):  # phase 2: x of column k (past the last column: 0)
                     for i in range(step):
                         for e in range(CHUNK):
                             k = (c + i * THREADS) * CHUNK + e
-                            if not careful or k < columns:
-                                value = x[np.uint64(x_rows[0] + k)]
-                                for j in range(outputs):
-                                    acc[j] = fma_rn(weight(held, scale_bias, j * step + i, e), value, acc[j])
-                else:  # a tile: each weight dequantized once for all its rows, the rows' x loaded before use
-                    for j in range(outputs):
-                        for i in range(step):
-                            for e in range(CHUNK):
-                                weights[(j * step + i) * CHUNK + e] = weight(held, scale_bias, j * step + i, e)
-                    for r in range(rows):  # x of column k (past the last column: 0)
-                        for i in range(step):
-                            for e in range(CHUNK):
-                                k = (c + i * THREADS) * CHUNK + e
-                                # walked: k's place in walk order, the position whose walk_column is k
-                                position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k
-                                value = x[np.uint64(x_rows[r] + position)] if not careful or k < columns \
-                                    else np.float32(0)
-                                xs[(r * step + i) * CHUNK + e] = value
-                    for r in range(rows):  # each output's sum in the walk's order
-                        for i in range(step):
-                            for e in range(CHUNK):
-                                if not careful or (c + i * THREADS) * CHUNK + e < columns:
-                                    for j in range(outputs):
-                                        acc[r * outputs + j] = fma_rn(weights[(j * step + i) * CHUNK + e],
-                                                                      xs[(r * step + i) * CHUNK + e],
-                                                                      acc[r * outputs + j])
+                            # walked: k's place in walk order, the position whose walk_column is k
+                            position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k
+                            value = x[np.uint64(x_rows[r] + position)] if not careful or k < columns else np.float32(0)
+                            xs[(r * step + i) * CHUNK + e] = value
+                for r in range(rows):  # phase 3: each output's sum in the walk's order
+                    for i in range(step):
+                        for e in range(CHUNK):
+                            if not careful or (c + i * THREADS) * CHUNK + e < columns:
+                                for j in range(OUTPUTS):
+                                    acc[r * OUTPUTS + j] = fma_rn(weights[(j * step + i) * CHUNK + e],
+                                                                  xs[(r * step + i) * CHUNK + e], acc[r * OUTPUTS + j])
         partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
-        for j in range(outputs):  # each output's THREADS partial sums, in the halving tree of `tree_sum`
+        for j in range(OUTPUTS):  # each output's THREADS partial sums, in the halving tree of `tree_sum`
             for r in range(rows):
-                partial[warp, r, t] = acc[r * outputs + j]
+                partial[warp, r, t] = acc[r * OUTPUTS + j]
             width = THREADS // 2
             while width > 0:  # shared memory and syncthreads: the simulator has no warp shuffles
                 cuda.syncthreads()
@@ -350,26 +312,23 @@ def gemv_kernel(weight_format, rows, outputs, step, walked):
 
 
 class GemvKernels:
-    """One weight format's GEMV kernels, one per tile of TILES and format constants, compiled on first use."""
+    """One weight format's GEMV kernels, one per tile of STEPS and format constants, compiled on first use."""
 
-    def __init__(self, weight_format):
-        self.weight_format = weight_format  # (bits, group_size) -> (words, fetch, weight, held type)
-        self.shapes = {}  # (rows a block holds, bits, group size) -> (outputs a warp, its kernel)
+    def __init__(self, loader):
+        self.loader = loader  # (bits, group_size) -> the format's `load` device function
+        self.shapes = {}  # (rows a block holds, bits, group size) -> its kernel
 
     def for_call(self, rows, bits, group_size):
-        tile = min((tile for tile in TILES if tile >= rows), default=max(TILES))  # the least that holds them
+        tile = min((tile for tile in STEPS if tile >= rows), default=max(STEPS))  # the least that holds them
         if (tile, bits, group_size) not in self.shapes:
-            weight_format = self.weight_format(bits, group_size)
-            outputs, held = TILES[tile]
-            step = max(1, held // weight_format[0])  # chunks an output loads per step: `held` words of each
-            self.shapes[tile, bits, group_size] = outputs, gemv_kernel(weight_format, tile, outputs, step,
-                                                                       walked=tile > 1)
-        return (tile,) + self.shapes[tile, bits, group_size]
+            self.shapes[tile, bits, group_size] = gemv_kernel(self.loader(bits, group_size), tile, STEPS[tile],
+                                                              walked=tile > 1)
+        return tile, self.shapes[tile, bits, group_size]
 
 
-gemv_f32_kernel = GemvKernels(f32_format)
-gemv_bf16_kernel = GemvKernels(bf16_format)
-gemv_affine_kernel = GemvKernels(affine_format)
+gemv_f32_kernel = GemvKernels(f32_chunk)
+gemv_bf16_kernel = GemvKernels(bf16_chunk)
+gemv_affine_kernel = GemvKernels(affine_chunk)
 
 
 def launch_walk_x(x, stream=0):
@@ -392,9 +351,9 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0):
         weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
     data, scales, biases, bits, group_size = weight_args
     assert group_size % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
-    tile, outputs, kernel_for_tile = kernels.for_call(x.shape[0], bits, group_size)
+    tile, kernel_for_tile = kernels.for_call(x.shape[0], bits, group_size)
     y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
-    grid = (-(-out_features // (WARPS * outputs)), -(-x.shape[0] // tile))
+    grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
     x_read = launch_walk_x(x, stream) if tile > 1 else x
     kernel_for_tile[grid, WARPS * THREADS, stream](flat(x_read), x_read.shape[1], x.shape[1], flat(data),
                                                    data.shape[1], flat(scales), flat(biases), scales.shape[1], y)
