@@ -263,11 +263,13 @@ def deltanet_apply_launch(state, log, path, in_place=False, stream=0):
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _heads(mode):
-    """(rows, nv, nk, dk, dv, parents): tiny in the simulator; 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv
+    """(rows, nv, nk, dk, dv, parents): tiny in the simulator, one of them with a head wider than a scan block
+    (dv = 70: a second block, mostly past the last column); 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv
     on GPU; chains (parents None) and the trees of paths.TREES."""
     trees = paths.TREES
     if mode == "sim":
-        return [(5, 2, 1, 3, 4, trees["5 rows"]), (3, 4, 2, 8, 6, None), (1, 2, 2, 5, 3, None), (4, 2, 1, 3, 7, None)]
+        return [(5, 2, 1, 3, 4, trees["5 rows"]), (3, 4, 2, 8, 6, None), (1, 2, 2, 5, 3, None), (4, 2, 1, 3, 7, None),
+                (2, 2, 1, 3, 70, None)]
     return [(16, 16, 16, 128, 128, trees["16 rows"]), (16, 16, 16, 128, 128, trees["spine"]),
             (16, 32, 16, 128, 128, trees["16 rows"]), (5, 6, 2, 96, 37, trees["5 rows"]),
             (1, 16, 16, 128, 128, None), (4, 16, 16, 128, 128, None), (16, 16, 16, 128, 128, None),
