@@ -149,7 +149,7 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 # rows, tiles of 4 or 8 rows with 2 outputs and 1 chunk a step.
 #
 # The step's arithmetic is a few dozen multiply-adds, so the integer work around it decides the speed (a first
-# version spent 20 integer instructions per multiply-add and ran at a third of the speed):
+# version spent about 20 instructions per multiply-add, most of them index arithmetic, and took twice as long):
 # * the arrays come in flat, and each load's index is formed from a row offset computed once per thread;
 # * indices are unsigned (`np.uint64(...)`): numba fixes up every signed index for negative values, a compare and
 #   a select per dimension of every load, and these never are negative;
