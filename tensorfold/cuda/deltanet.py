@@ -23,8 +23,8 @@ Value head h reads query/key head `h // (nv / nk)`: consecutive value heads shar
 Mapping (the kernels): one thread per (value head h, column j): it holds column j of S (dk floats, in a local
 array) from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no
 thread ever reads another's column. A column's delta depends on that column alone, so a rebuild reads only deltas
-the same thread logged. The scan also writes the log: each row's delta column, and (spread over the head's
-threads) its decay and its key, the shared key head repeated for every value head that reads it. The apply gets
+the same thread logged. The scan also writes the log: each row's delta column, and (from the head's first block)
+its decay and its key, the shared key head repeated for every value head that reads it. The apply gets
 the path as an int32 array of row indices and replays those rows of the log in order. The gates are elementwise:
 one thread per (row, value head).
 """

@@ -141,8 +141,8 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   columns themselves (t * CHUNK + e) would be 32 lines. The one-row shape reads x as it is: one row of x stays
 #   in L1, and the walk's launch would cost about what it saves.
 #
-# A step of the walk has three phases: load the step's weights of both outputs (STEP chunks each, dequantized into
-# registers by the format's `*_chunk` function: the only part that differs between formats), load the step's x
+# A step of the walk has three phases: load the step's weights of both outputs (`step` chunks each, from STEPS,
+# dequantized into registers by the format's loader: the only part that differs between formats), load the step's x
 # values of the tile's rows, then the multiply-adds. The loads of a phase are independent, so they are in flight
 # together. The shapes were chosen by timing variants on the H200 at 2B's shapes (docs/receipts/
 # 2026-11-30-h200-tiles.md, section 3, and 2026-11-30-h200-lean.md): one row, 2 outputs and 2 chunks a step; more
@@ -340,6 +340,7 @@ def launch_walk_x(x, stream=0):
 
 
 def flat(a):
+    """A contiguous device array as a one-dimensional view (the kernels form each index themselves)."""
     return a.reshape(a.size)
 
 
