@@ -68,21 +68,24 @@ check(fma_rn_twin(halfway, halfway, tiny) == up and fma32.py_func(halfway, halfw
 # Thread t of an output's warp walks the chunks t, t + THREADS, ... (CHUNK columns each, in order). In the twin, one
 # pass of the loop over `e` is one step of every thread's walk, vectorised over (thread, row, output); `walk_order`
 # lays the columns out so that a step's are neighbours, and `tree_sum` is the warp's halving tree. The kernel
-# (`gemv_kernel` builds one per weight format and shape) runs the same walk for the two outputs of its warp and
-# the rows of its block's tile: it loads a step's weights (the format's `*_chunk` function dequantizes them), then
-# the step's x values, then makes the multiply-adds, each output's in the walk's order. Read them side by side:
+# (`gemv_kernel` builds one per weight format and tile of rows) runs the same walk for the two outputs of its warp
+# and the rows of its block's tile: it loads a chunk's weights (the format's `*_chunk` function dequantizes them),
+# then for each pair of columns the tile's x values, then makes the multiply-adds, each output's in the walk's
+# order. Read them side by side:
 print(inspect.getsource(gemv.walk_order))
 print(inspect.getsource(gemv.gemv))
 print(inspect.getsource(tree_sum))
 print(inspect.getsource(gemv.gemv_kernel))
 print(inspect.getsource(gemv.affine_chunk))
 print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_order(64)[:8].tolist()}[t]")
-# Past one row the kernel reads x in walk order, so that the 32 threads of a warp read 32 neighbouring floats (the
-# columns t * CHUNK + e they need are CHUNK floats apart). `walk_x` is that layout, and a small kernel makes it:
+# The tile kernel reads x in *pair walk order*: a thread's columns e and e + 1 side by side, and the threads' pairs
+# side by side, so that one 8-byte load brings a thread two columns and the 32 threads of a warp read 256
+# neighbouring bytes (the columns t * CHUNK + e they need are CHUNK floats apart). `walk_x` is that layout, and a
+# small kernel makes it:
 walked = gemv.walk_x(np.arange(2 * 64, dtype=np.float32).reshape(2, 64))
-print(f"x in walk order, first positions: {walked[0, :8].tolist()} (columns; padded to a whole round)")
-check(walked.shape == (2, gemv.THREADS * gemv.CHUNK) and walked[1, 1] == 64 + gemv.CHUNK,
-      "position 1 holds thread 1's first column: column CHUNK of the row")
+print(f"x in pair walk order, first positions: {walked[0, :8].tolist()} (columns; padded to a whole round)")
+check(walked.shape == (2, gemv.THREADS * gemv.CHUNK) and walked[1, 1] == 64 + 1 and walked[1, 2] == 64 + gemv.CHUNK,
+      "positions 0 and 1 hold thread 0's first pair of columns, position 2 thread 1's first column (column CHUNK)")
 
 # %%
 # Run the kernel (simulated) and compare bits
@@ -110,8 +113,11 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # 4-bit weights, dequantized in the loop
 # --------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
-# columns. A chunk is one word: the kernel loads a step's words with their scales and biases, dequantizes each code
-# with `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile.
+# columns. A chunk is one word. For several rows the tile kernel dequantizes a chunk's codes with
+# `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile; for one row (a decode
+# step) `affine_row_kernel` loads 4 chunks of each of 4 outputs as stored, codes, scales and biases, and
+# dequantizes each weight where it multiplies it: each weight is used once, and the loads in flight decide speed.
+print(inspect.getsource(gemv.affine_row_kernel))
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)
@@ -121,6 +127,9 @@ twin = gemv.gemv_affine(x, packed, scales, biases, 4, 64)
 kernel = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x), outputs, cuda.to_device(packed),
                           cuda.to_device(scales), cuda.to_device(biases), 4, 64).copy_to_host()
 check(twin.tobytes() == kernel.tobytes(), "4-bit GEMV kernel == twin, bit for bit")
+one_row = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x[:1]), outputs, cuda.to_device(packed),
+                           cuda.to_device(scales), cuda.to_device(biases), 4, 64).copy_to_host()
+check(one_row.tobytes() == twin[:1].tobytes(), "the one-row kernel == the twin's first row, bit for bit")
 
 # %%
 # The same pattern in RMSNorm

@@ -12,24 +12,26 @@ thread t takes column (j * THREADS + t) * CHUNK + e (threads past the last colum
 few NumPy passes vectorised over (thread, row, output); `walk_order` lays the columns out so that a step's are
 neighbours.
 
-The kernels (the section "the kernels" below has the details and the measurements behind them): a warp's
-THREADS = 32 threads walk OUTPUTS = 2 outputs, a block of WARPS = 4 warps covers 8 outputs, and blockIdx.y runs
-over tiles of rows (one row, 4 or 8). A GEMV is bound by how fast it moves weights and x through the
-SM, and the mapping is chosen for it:
+The kernels (the section "the kernels" below has the details and the measurements behind them): a block has
+WARPS = 4 warps, each output THREADS = 32 threads (a warp). A GEMV is bound by how fast it moves weights and x
+through the SM, and the mapping is chosen for it:
 
+* one row (a decode step, affine weights): `affine_row_kernel`, a warp computes 4 outputs, each x value it loads
+  feeds the four, and it loads 4 chunks of each output (codes, scale, bias) before it multiplies any, so 16 loads
+  are in flight; each weight is dequantized where it is used, once;
+* several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs, so each
+  dequantized weight feeds every row of the tile and each x value both outputs; x is laid out in *pair walk order*
+  (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's 32 loads are one coalesced
+  256-byte line;
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
-  128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512; x of a multi-row call is
-  read in walk order (`walk_x`), so its loads are coalesced too;
-* reuse: each dequantized weight serves every row of the tile, each x value both outputs of the warp;
-* loads in flight: a thread loads a step's weights, then a step's x values, before it multiplies any, so their
-  latencies overlap instead of adding up;
-* registers: the tile's accumulators, the step's weights and x values are local arrays of constant size indexed
-  by unrolled loops, which the compiler keeps in registers;
+  128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512;
+* registers: accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled
+  loops, which the compiler keeps in registers;
 * the THREADS partial sums of an output are added once, after the walk, within its warp.
 
-Each load is one element (a word of codes, a bf16, a float32): numba cannot prove the 16-byte alignment a vector
-load needs. The tree goes through shared memory with syncthreads: numba's CUDA simulator has no warp shuffles and
-no syncwarp.
+A load is one element (a word of codes, a bf16, a float32) or, for x, one uint64: numba cannot prove the 16-byte
+alignment a vector load needs. The tree goes through shared memory with syncthreads: numba's CUDA simulator has
+no warp shuffles and no syncwarp.
 
 Weights are dequantized inside the loop, chunk by chunk, and never materialised:
 
@@ -128,28 +130,29 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 # --- the kernels --------------------------------------------------------------------------------------------------
 # Every kernel runs the twin's walk, output by output: thread t of a warp walks the chunks t, t + THREADS, ... of
 # each of its outputs, each chunk's columns in order, and at the end the warp adds the THREADS partial sums of each
-# output in the halving tree. What the mapping adds is reuse, the whole point at more than one row:
+# output in the halving tree. There are two kernels, because one row and several rows are bound by different work:
 #
-# * a warp computes OUTPUTS = 2 outputs, so every x value it loads feeds both;
-# * a block holds a tile of rows (1 for a one-row call, 4 for up to 4 rows, 8 for more; blockIdx.y runs over the
-#   tiles), so every weight it dequantizes feeds each row of the tile;
-# * the tile's accumulators (rows x OUTPUTS), the step's weights and x values are local arrays of constant size
-#   indexed by unrolled loops, which keeps them in registers (a row count only known at run time put the
-#   accumulators in local memory, and 16 rows cost 9 times one);
-# * x is read in walk order (`walk_x`, one small launch per GEMV): step e of a round, thread t reads the position
-#   round * THREADS * CHUNK + e * THREADS + t, so a warp's 32 loads are one coalesced 128-byte line where the
-#   columns themselves (t * CHUNK + e) would be 32 lines. The one-row shape reads x as it is: one row of x stays
-#   in L1, and the walk's launch would cost about what it saves.
+# * One row (`affine_row_kernel`, for the affine formats of a decode round): each weight is used once, so the
+#   kernel's job is to keep loads of codes in flight. A warp computes ROW_OUTPUTS = 4 outputs (each x value it
+#   loads feeds four) and loads ROW_STEP = 4 chunks of each before it multiplies: 16 words of codes, with their
+#   scales and biases, held as stored and dequantized where each weight is used. x is read as it is: one row of x
+#   stays in L1. A float weight's one-row call takes the tile kernel with a tile of one row.
+# * Several rows (`gemv_kernel`, tiles of 4 or 8 rows; blockIdx.y runs over the tiles): each dequantized weight
+#   feeds every row of the tile, so the multiply-adds and the loads of x decide the speed. A warp computes OUTPUTS
+#   = 2 outputs and takes one chunk a step: the format's loader dequantizes the chunk's CHUNK weights of both
+#   outputs into registers, then for each pair of columns the kernel loads the tile's x values and makes the
+#   multiply-adds. x is laid out in *pair walk order* (`walk_x`, one small launch per GEMV): a thread's columns
+#   e and e + 1 are neighbours, and neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as
+#   uint64) brings two columns, and a warp's 32 loads are one coalesced 256-byte line. Half the load instructions
+#   of one float at a time: at 16 rows the kernel took 38 to 55 % less time (docs/receipts/
+#   2026-11-30-h200-pairs.md).
 #
-# A step of the walk has three phases: load the step's weights of both outputs (`step` chunks each, from STEPS,
-# dequantized into registers by the format's loader: the only part that differs between formats), load the step's x
-# values of the tile's rows, then the multiply-adds. The loads of a phase are independent, so they are in flight
-# together. The shapes were chosen by timing variants on the H200 at 2B's shapes (docs/receipts/
-# 2026-11-30-h200-tiles.md, section 3, and 2026-11-30-h200-lean.md): one row, 2 outputs and 2 chunks a step; more
-# rows, tiles of 4 or 8 rows with 2 outputs and 1 chunk a step.
+# The accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled loops,
+# which the compiler keeps in registers (a size only known at run time puts them in local memory; so does an array
+# too large to unroll over: tiles of 4 outputs spilled their weights, and were slower).
 #
-# The step's arithmetic is a few dozen multiply-adds, so the integer work around it decides the speed (a first
-# version spent about 20 instructions per multiply-add, most of them index arithmetic, and took twice as long):
+# The arithmetic is a few multiply-adds per load, so the integer work around it decides the speed (a first version
+# spent about 20 instructions per multiply-add, most of them index arithmetic, and took twice as long):
 # * the arrays come in flat, and each load's index is formed from a row offset computed once per thread;
 # * indices are unsigned (`np.uint64(...)`): numba fixes up every signed index for negative values, a compare and
 #   a select per dimension of every load, and these never are negative;
@@ -159,23 +162,25 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   cut short, a chunk past the last one) check each. Rows past the tile's last are computed on its last row's x
 #   and never written, so no multiply-add waits on a check of its row.
 
-OUTPUTS = 2  # outputs a warp computes: each x load feeds both
-WARPS = 4  # warps a block: 8 outputs
-STEPS = {1: 2, 4: 1, 8: 1}  # rows a block holds -> chunks an output loads per step; tiles of more than 1 walk x
+OUTPUTS = 2  # outputs a warp of the tile kernel computes: each x load feeds both
+TILES = (1, 4, 8)  # rows a block of the tile kernel holds: the least that holds a call's rows, 8 past that
+ROW_OUTPUTS = 4  # outputs a warp of the one-row kernel computes
+ROW_STEP = 4  # chunks of each output the one-row kernel loads before it multiplies
+WARPS = 4  # warps a block
 
 
 @cuda.jit(device=True)
 def walk_column(p):
-    """The column at position p of the walk order: in its round of THREADS chunks, step p // THREADS of thread
-    p % THREADS (the inverse of the position the kernels compute in phase 2)."""
+    """The column at position p of the pair walk order: in its round of THREADS * CHUNK positions, pair
+    q = p // 2 belongs to thread q % THREADS and holds its columns 2 * (q // THREADS) and the one after."""
     round_start = p // (THREADS * CHUNK) * THREADS * CHUNK
-    step, thread = p % (THREADS * CHUNK) // THREADS, p % THREADS
-    return round_start + thread * CHUNK + step
+    pair = p % (THREADS * CHUNK) // 2
+    return round_start + pair % THREADS * CHUNK + pair // THREADS * 2 + p % 2
 
 
 def walk_x(x):
-    """The twin of `walk_x_kernel`: x [rows, K] in walk order, whole rounds of THREADS * CHUNK positions (those past
-    the last column hold zero)."""
+    """The twin of `walk_x_kernel`: x [rows, K] in pair walk order, whole rounds of THREADS * CHUNK positions
+    (those past the last column hold zero)."""
     rows, columns = np.shape(x)
     positions = np.arange(-(-columns // (THREADS * CHUNK)) * THREADS * CHUNK)
     column = walk_column.py_func(positions)
@@ -191,11 +196,25 @@ def walk_x_kernel(x, out):
         out[r, p] = x[r, column] if column < x.shape[1] else np.float32(0)
 
 
-# The loaders: `load(data, width, scales, biases, groups, o, chunk, columns, weights, at, careful)` puts the CHUNK
-# weights of (output o, chunk) into weights[at:], as float32. `data` is the flat weight (`width` entries a row),
-# `scales` and `biases` flat [out * groups] (the float formats ignore them). `careful`: the chunk may reach past
-# the last column, whose weight is then reloaded (nothing adds it). Each format's `*_chunk(bits, group_size)`
-# builds its loader with its constants.
+@cuda.jit(device=True)
+def f32_from_bits(bits):
+    """The float32 with these 32 bits (uint32): exact, and the same in the simulator (no bit-cast needed)."""
+    word = cuda.local.array(1, np.uint32)
+    word[0] = bits
+    return word.view(np.float32)[0]
+
+
+@cuda.jit(device=True)
+def bf16_bits_to_f32(bits):
+    """The float32 whose top half is `bits` (bf16): exact."""
+    return f32_from_bits(np.uint32(bits) << 16)
+
+
+# The loaders of the tile kernel: `load(data, width, scales, biases, groups, o, chunk, columns, weights, at,
+# careful)` puts the CHUNK weights of (output o, chunk) into weights[at:], as float32. `data` is the flat weight
+# (`width` entries a row), `scales` and `biases` flat [out * groups] (the float formats ignore them). `careful`: the
+# chunk may reach past the last column, whose weight is then reloaded (nothing adds it). Each format's
+# `*_chunk(bits, group_size)` builds its loader with its constants.
 
 def f32_chunk(bits, group_size):
     """float32 as stored."""
@@ -205,14 +224,6 @@ def f32_chunk(bits, group_size):
             column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
             weights[at + e] = weight[np.uint64(o * width + column)]
     return load
-
-
-@cuda.jit(device=True)
-def bf16_bits_to_f32(bits):
-    """The float32 whose top half is `bits`: exact, and the same in the simulator (no bf16 type needed)."""
-    word = cuda.local.array(1, np.uint32)
-    word[0] = np.uint32(bits) << 16
-    return word.view(np.float32)[0]
 
 
 def bf16_chunk(bits, group_size):
@@ -244,57 +255,14 @@ def affine_chunk(bits, group_size):
     return load
 
 
-def gemv_kernel(load_chunk, rows, step, walked):
-    """The GEMV kernel for one weight format's loader (`load_chunk`) and one shape: `rows` a block, `step` chunks
-    an output loads before it multiplies, x `walked` or as it is. The local arrays' sizes are constants of the
-    closure, as numba needs."""
-    accumulators, step_weights, step_x = rows * OUTPUTS, OUTPUTS * step * CHUNK, rows * step * CHUNK
-
-    @kernel
-    def gemv_tile_kernel(x, x_width, columns, data, width, scales, biases, groups, y):
-        warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
-        base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
-        live = min(rows, y.shape[0] - first)  # the tile's rows
-        acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
-        weights = cuda.local.array(step_weights, np.float32)  # weights[(j * step + i) * CHUNK + e]
-        xs = cuda.local.array(step_x, np.float32)  # xs[(r * step + i) * CHUNK + e]
-        outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
-        x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts in x (past live: the last)
-        for a in range(accumulators):
-            acc[a] = 0
-        for j in range(OUTPUTS):
-            outputs[j] = min(base + j, y.shape[1] - 1)
-        for r in range(rows):
-            x_rows[r] = (first + min(r, live - 1)) * x_width
-        if base < y.shape[1]:  # a warp past the last output only joins the tree
-            chunks = -(-columns // CHUNK)
-            interior = columns // CHUNK - (step - 1) * THREADS  # a step from a chunk before this has whole chunks
-            for c in range(t, chunks, step * THREADS):  # the step's chunks: c, c + THREADS, ...
-                careful = c >= interior  # the step reaches past the last whole chunk: check its columns
-                for j in range(OUTPUTS):  # phase 1: weights (a chunk past the last reloads the last)
-                    for i in range(step):
-                        chunk = min(c + i * THREADS, chunks - 1) if careful else c + i * THREADS
-                        load_chunk(data, width, scales, biases, groups, outputs[j], chunk, columns, weights,
-                                   (j * step + i) * CHUNK, careful)
-                for r in range(rows):  # phase 2: x of column k (past the last column: 0)
-                    for i in range(step):
-                        for e in range(CHUNK):
-                            k = (c + i * THREADS) * CHUNK + e
-                            # walked: k's place in walk order, the position whose walk_column is k
-                            position = (c + i * THREADS - t) * CHUNK + e * THREADS + t if walked else k
-                            value = x[np.uint64(x_rows[r] + position)] if not careful or k < columns else np.float32(0)
-                            xs[(r * step + i) * CHUNK + e] = value
-                for r in range(rows):  # phase 3: each output's sum in the walk's order
-                    for i in range(step):
-                        for e in range(CHUNK):
-                            if not careful or (c + i * THREADS) * CHUNK + e < columns:
-                                for j in range(OUTPUTS):
-                                    acc[r * OUTPUTS + j] = fma_rn(weights[(j * step + i) * CHUNK + e],
-                                                                  xs[(r * step + i) * CHUNK + e], acc[r * OUTPUTS + j])
-        partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
-        for j in range(OUTPUTS):  # each output's THREADS partial sums, in the halving tree of `tree_sum`
+def tree_writer(rows, outputs):
+    """The end of both kernels: each output's THREADS partial sums (acc[r * outputs + j] of every thread of the
+    warp) added in the halving tree of `tree_sum`, and written to y for the `live` rows from `first`."""
+    @cuda.jit(device=True)
+    def write_sums(acc, partial, warp, t, base, first, live, y):
+        for j in range(outputs):
             for r in range(rows):
-                partial[warp, r, t] = acc[r * OUTPUTS + j]
+                partial[warp, r, t] = acc[r * outputs + j]
             width = THREADS // 2
             while width > 0:  # shared memory and syncthreads: the simulator has no warp shuffles
                 cuda.syncthreads()
@@ -307,32 +275,131 @@ def gemv_kernel(load_chunk, rows, step, walked):
                 for r in range(live):
                     y[first + r, base + j] = partial[warp, r, 0]
             cuda.syncthreads()  # the next output reuses `partial`
+    return write_sums
+
+
+def gemv_kernel(load_chunk, rows):
+    """The tile kernel for one weight format's loader (`load_chunk`) and `rows` rows a block; x in pair walk order,
+    as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
+    accumulators, chunk_weights, pair_values = rows * OUTPUTS, OUTPUTS * CHUNK, 2 * rows
+    write_sums = tree_writer(rows, OUTPUTS)
+
+    @kernel
+    def gemv_tile_kernel(x_pairs, pairs_width, columns, data, width, scales, biases, groups, y):
+        warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
+        base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
+        live = min(rows, y.shape[0] - first)  # the tile's rows
+        acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
+        weights = cuda.local.array(chunk_weights, np.float32)  # weights[j * CHUNK + e]: the chunk's, dequantized
+        xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
+        outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
+        x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts (past live: the last)
+        for a in range(accumulators):
+            acc[a] = 0
+        for j in range(OUTPUTS):
+            outputs[j] = min(base + j, y.shape[1] - 1)
+        for r in range(rows):
+            x_rows[r] = (first + min(r, live - 1)) * pairs_width
+        if base < y.shape[1]:  # a warp past the last output only joins the tree
+            chunks = -(-columns // CHUNK)
+            interior = columns // CHUNK  # the chunks before this one are whole
+            for c in range(t, chunks, THREADS):
+                careful = c >= interior  # a chunk cut short: check its columns
+                for j in range(OUTPUTS):  # the chunk's weights of both outputs
+                    load_chunk(data, width, scales, biases, groups, outputs[j], c, columns, weights, j * CHUNK,
+                               careful)
+                round_pairs = (c - t) * (CHUNK // 2)  # where the chunk's round starts, in pairs
+                for e in range(CHUNK):
+                    if e % 2 == 0:  # columns e and e + 1 of each row, one load (zero past the last column)
+                        for r in range(rows):
+                            pair = x_pairs[np.uint64(x_rows[r] + round_pairs + e // 2 * THREADS + t)]
+                            xs[2 * r] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))  # the first: low half
+                            xs[2 * r + 1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
+                    if not careful or c * CHUNK + e < columns:
+                        for r in range(rows):
+                            for j in range(OUTPUTS):
+                                acc[r * OUTPUTS + j] = fma_rn(weights[j * CHUNK + e], xs[2 * r + e % 2],
+                                                              acc[r * OUTPUTS + j])
+        partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
+        write_sums(acc, partial, warp, t, base, first, live, y)
 
     return gemv_tile_kernel
 
 
-class GemvKernels:
-    """One weight format's GEMV kernels, one per tile of STEPS and format constants, compiled on first use."""
+def affine_row_kernel(bits, group_size):
+    """The one-row kernel for an affine format: each warp's ROW_OUTPUTS outputs, ROW_STEP chunks of each loaded
+    as stored (codes, scale, bias) before any is used, each weight dequantized with fma_rn(scale, code, bias)
+    where it is multiplied. Affine weights have whole chunks (the column count is a multiple of the group size)."""
+    words, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
+    chunks_per_group = group_size // CHUNK
+    step_chunks, step_words = ROW_OUTPUTS * ROW_STEP, ROW_OUTPUTS * ROW_STEP * words
+    write_sums = tree_writer(1, ROW_OUTPUTS)
 
-    def __init__(self, loader):
+    @kernel
+    def gemv_row_kernel(x, columns, packed, width, scales, biases, groups, y):
+        warp, t = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS
+        base = (cuda.blockIdx.x * WARPS + warp) * ROW_OUTPUTS  # the warp's first output
+        acc = cuda.local.array(ROW_OUTPUTS, np.float32)
+        held = cuda.local.array(step_words, np.uint32)  # chunk n = j * ROW_STEP + i: words held[n * words:]
+        scale = cuda.local.array(step_chunks, np.float32)  # chunk n's group's scale and bias
+        bias = cuda.local.array(step_chunks, np.float32)
+        outputs = cuda.local.array(ROW_OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
+        for j in range(ROW_OUTPUTS):
+            acc[j] = 0
+            outputs[j] = min(base + j, y.shape[1] - 1)
+        if base < y.shape[1]:  # a warp past the last output only joins the tree
+            chunks = columns // CHUNK
+            interior = chunks - (ROW_STEP - 1) * THREADS  # a step from a chunk before this has every chunk
+            for c in range(t, chunks, ROW_STEP * THREADS):  # the step's chunks: c, c + THREADS, ...
+                careful = c >= interior  # the step reaches past the last chunk (which it reloads, and skips)
+                for j in range(ROW_OUTPUTS):  # the step's chunks as stored
+                    for i in range(ROW_STEP):
+                        chunk = min(c + i * THREADS, chunks - 1) if careful else c + i * THREADS
+                        n = j * ROW_STEP + i
+                        g = np.uint64(outputs[j] * groups + chunk // chunks_per_group)
+                        scale[n], bias[n] = scales[g], biases[g]
+                        for w in range(words):
+                            held[n * words + w] = packed[np.uint64(outputs[j] * width + chunk * words + w)]
+                for i in range(ROW_STEP):
+                    if not careful or c + i * THREADS < chunks:
+                        for e in range(CHUNK):
+                            value = x[np.uint64((c + i * THREADS) * CHUNK + e)]
+                            for j in range(ROW_OUTPUTS):
+                                n = j * ROW_STEP + i
+                                code = (held[n * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
+                                acc[j] = fma_rn(fma_rn(scale[n], np.float32(code), bias[n]), value, acc[j])
+        partial = cuda.shared.array((WARPS, 1, THREADS), np.float32)
+        write_sums(acc, partial, warp, t, base, 0, 1, y)
+
+    return gemv_row_kernel
+
+
+class GemvKernels:
+    """One weight format's GEMV kernels, compiled on first use: a tile kernel per tile of TILES and format
+    constants, and for the affine formats (`row_kernel`) a one-row kernel per format constants."""
+
+    def __init__(self, loader, row_kernel=None):
         self.loader = loader  # (bits, group_size) -> the format's `load` device function
+        self.row_kernel = row_kernel  # (bits, group_size) -> its one-row kernel, or None
         self.shapes = {}  # (rows a block holds, bits, group size) -> its kernel
 
     def for_call(self, rows, bits, group_size):
-        tile = min((tile for tile in STEPS if tile >= rows), default=max(STEPS))  # the least that holds them
+        """(rows a block holds, whether x goes in pair walk order, the kernel) for a call of `rows` rows."""
+        tile = min((tile for tile in TILES if tile >= rows), default=max(TILES))  # the least that holds them
+        one_row = tile == 1 and self.row_kernel is not None
         if (tile, bits, group_size) not in self.shapes:
-            self.shapes[tile, bits, group_size] = gemv_kernel(self.loader(bits, group_size), tile, STEPS[tile],
-                                                              walked=tile > 1)
-        return tile, self.shapes[tile, bits, group_size]
+            self.shapes[tile, bits, group_size] = (self.row_kernel(bits, group_size) if one_row else
+                                                   gemv_kernel(self.loader(bits, group_size), tile))
+        return tile, not one_row, self.shapes[tile, bits, group_size]
 
 
 gemv_f32_kernel = GemvKernels(f32_chunk)
 gemv_bf16_kernel = GemvKernels(bf16_chunk)
-gemv_affine_kernel = GemvKernels(affine_chunk)
+gemv_affine_kernel = GemvKernels(affine_chunk, affine_row_kernel)
 
 
 def launch_walk_x(x, stream=0):
-    """x [rows, K] on the device in walk order (see `walk_x`)."""
+    """x [rows, K] on the device in pair walk order (see `walk_x`), float32."""
     out = cuda.device_array((x.shape[0], -(-x.shape[1] // (THREADS * CHUNK)) * THREADS * CHUNK), np.float32,
                             stream=stream)
     walk_x_kernel[blocks_for(out.size), BLOCK, stream](x, out)
@@ -352,12 +419,16 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0):
         weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
     data, scales, biases, bits, group_size = weight_args
     assert group_size % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
-    tile, kernel_for_tile = kernels.for_call(x.shape[0], bits, group_size)
+    tile, walked, kernel_for_call = kernels.for_call(x.shape[0], bits, group_size)
     y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
-    grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
-    x_read = launch_walk_x(x, stream) if tile > 1 else x
-    kernel_for_tile[grid, WARPS * THREADS, stream](flat(x_read), x_read.shape[1], x.shape[1], flat(data),
-                                                   data.shape[1], flat(scales), flat(biases), scales.shape[1], y)
+    weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y)
+    if walked:
+        pairs = launch_walk_x(x, stream).view(np.uint64)  # two float32 columns a uint64, the first in the low half
+        grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
+        kernel_for_call[grid, WARPS * THREADS, stream](flat(pairs), pairs.shape[1], x.shape[1], *weight)
+    else:
+        kernel_for_call[-(-out_features // (WARPS * ROW_OUTPUTS)), WARPS * THREADS, stream](flat(x), x.shape[1],
+                                                                                            *weight)
     return y
 
 
