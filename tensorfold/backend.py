@@ -63,8 +63,10 @@ class NumpyBackend:
         return attention.attention_partial(q, keys, values, n_keys, scale, committed, path_slots)
 
     rmsnorm = staticmethod(norm.rmsnorm)
+    add_rmsnorm = staticmethod(norm.add_rmsnorm)
     rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
     l2norm = staticmethod(norm.l2norm)
+    split_qkv = staticmethod(norm.split_qkv)
     deltanet_gates = staticmethod(deltanet.deltanet_gates)
     deltanet_apply = staticmethod(deltanet.deltanet_apply)
     rope = staticmethod(rotary.rope)
@@ -117,6 +119,12 @@ class NumpyBackend:
     def concat_rows(self, arrays):
         """Arrays of equal trailing shape stacked along their rows, as one new array."""
         return np.concatenate(arrays)
+
+    def split_columns(self, y, widths):
+        """y [rows, sum(widths)] cut into arrays of those many columns, left to right (each its own contiguous
+        array)."""
+        bounds = np.cumsum([0] + list(widths))
+        return [np.ascontiguousarray(y[:, a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
@@ -192,6 +200,15 @@ class CudaBackend:
             start += a.shape[0]
         return out
 
+    def split_columns(self, y, widths):
+        """NumpyBackend.split_columns on the device: one row's parts are views of it (a row's columns lie side by
+        side), several rows' are copies (one take_last launch each)."""
+        bounds = np.cumsum([0] + list(widths))
+        if y.shape[0] == 1:
+            row = y.reshape(y.shape[1])
+            return [row[a:b].reshape(1, b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+        return [self.take_last(y, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
     def copy_into(self, dst, src):
         """Overwrite device dst with src (same shape), in place."""
         elementwise.copy_rows_launch(dst, src, 0, stream=self.stream)
@@ -220,11 +237,17 @@ class CudaBackend:
     def rmsnorm(self, x, multiplier, eps):
         return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream)
 
+    def add_rmsnorm(self, h, delta, multiplier, eps):
+        return norm.add_rmsnorm_launch(h, delta, multiplier, eps, stream=self.stream)
+
     def rmsnorm_gated(self, x, z, multiplier, eps):
         return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream)
 
     def l2norm(self, x, eps, scale=1.0):
         return norm.l2norm_launch(x, eps, scale, stream=self.stream)
+
+    def split_qkv(self, conv, heads, dk, eps, q_scale):
+        return norm.split_qkv_launch(conv, heads, dk, eps, q_scale, stream=self.stream)
 
     def add(self, a, b):
         return elementwise.launch_elementwise(elementwise.add_kernel, a, b, stream=self.stream)

@@ -34,7 +34,8 @@ keys sit in order again; a chain's kept rows are already there.
 Mapping (the kernels): partial, one block of CHUNK threads per (row, query head, chunk). Thread t owns key slot t:
 its score, then its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`;
 an empty slot holds -inf in the max tree and 0 in the sum tree). Then thread t owns head dims t, t + CHUNK, ... and
-walks the chunk's keys in order for o. Each thread finds a key's cache row with `cache_row`. Keys past a row's n
+walks the chunk's keys in order for o. Both walks load LOADS values before they add any (a walk that waited for
+each load in turn spent most of its time waiting). Each thread finds a key's cache row with `cache_row`. Keys past a row's n
 are never read (the twin reads cache row 0 for them and multiplies it by p = 0, which gives the same bits
 while the cache holds finite values). Merge: one thread per (row, head, dim), walking the chunks in order. The
 partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the contract can plant a moved
@@ -53,6 +54,8 @@ from .fmath import exp32, exp32_twin, fma32, tree_sum
 from .launch import kernel
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
+LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their latencies overlap (a loop that
+# used each value as it loaded it waited a memory latency per key, and took about 35 us a layer at one row)
 
 
 def cache_rows(logical, committed, path_slots):
@@ -163,11 +166,18 @@ def attention_partial_kernel(q, keys, values, n_keys, committed, path_slots, sca
     top = cuda.shared.array(CHUNK, np.float32)  # the max tree
     total = cuda.shared.array(CHUNK, np.float32)  # the sum tree
     score = np.float32(-np.inf)  # an empty slot: -inf to the max
+    dims = q.shape[2]
+    queries = cuda.local.array(LOADS, np.float32)
+    batch = cuda.local.array(LOADS, np.float32)
     if t < live:
         row = cache_row(start + t, r, committed, path_slots)
         acc = np.float32(0)
-        for d in range(q.shape[2]):
-            acc = fma32(q[r, h, d], keys[row, kv, d], acc)
+        for first in range(0, dims, LOADS):  # the dot over head dims in order, LOADS loads ahead of their use
+            for u in range(LOADS):
+                queries[u], batch[u] = q[r, h, min(first + u, dims - 1)], keys[row, kv, min(first + u, dims - 1)]
+            for u in range(LOADS):
+                if first + u < dims:
+                    acc = fma32(queries[u], batch[u], acc)
         score = acc * np.float32(scale)
     scores[t] = score
     top[t] = score
@@ -195,10 +205,14 @@ def attention_partial_kernel(q, keys, values, n_keys, committed, path_slots, sca
     if t == 0:
         m[r, h, c] = chunk_max
         l[r, h, c] = total[0]
-    for d in range(t, q.shape[2], CHUNK):  # now thread t owns head dims t, t + CHUNK, ...
+    for d in range(t, dims, CHUNK):  # now thread t owns head dims t, t + CHUNK, ...
         acc = np.float32(0)
-        for k in range(max(live, 0)):  # the chunk's keys in order; keys past n_keys[r] are never read
-            acc = fma32(scores[k], values[cache_row(start + k, r, committed, path_slots), kv, d], acc)
+        for first in range(0, max(live, 0), LOADS):  # the chunk's keys in order; keys past n_keys[r] are never read
+            for u in range(LOADS):  # LOADS values loaded ahead of their use (past the chunk's last: its last again)
+                batch[u] = values[cache_row(start + min(first + u, live - 1), r, committed, path_slots), kv, d]
+            for u in range(LOADS):
+                if first + u < live:
+                    acc = fma32(scores[first + u], batch[u], acc)
         o[r, h, c, d] = acc
 
 

@@ -179,14 +179,18 @@ def scan_kernel(dk):
             cuda.syncthreads()
             a = decay[r, h]
             read = np.float32(0)
-            for n in range(dk):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
-                col[n] = col[n] * a
-                read = fma32(col[n], keys[n], read)
+            for first in range(0, dk, LOADS):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
+                for n in range(first, first + LOADS):  # LOADS at a time (a fixed count: the loads go first)
+                    if n < dk:
+                        col[n] = col[n] * a
+                        read = fma32(col[n], keys[n], read)
             delta = (v[r, h, j] - read) * beta[r, h]
             o = np.float32(0)
-            for n in range(dk):  # write, then output: o[j] = sum_i S[i, j] * q[i] from the updated column
-                col[n] = fma32(keys[n], delta, col[n])
-                o = fma32(col[n], queries[n], o)
+            for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
+                for n in range(first, first + LOADS):
+                    if n < dk:
+                        col[n] = fma32(keys[n], delta, col[n])
+                        o = fma32(col[n], queries[n], o)
             if live:
                 out[r, h, j] = o
                 log_delta[r, h, j] = delta

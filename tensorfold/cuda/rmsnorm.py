@@ -1,5 +1,6 @@
-"""RMSNorm in its three uses: `y = x / sqrt(mean(x^2) + eps) * weight`, the gated norm that multiplies by SiLU(z),
-and the L2 norm of DeltaNet's queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean).
+"""RMSNorm in its uses: `y = x / sqrt(mean(x^2) + eps) * weight`, the same after the residual add (`add_rmsnorm`:
+h + delta and its norm in one launch), the gated norm that multiplies by SiLU(z), and the L2 norm of DeltaNet's
+queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean).
 
 Mapping (the kernels): one block of THREADS threads per vector (a row, or one head of a row). Thread t sums the
 squares of elements t, t + THREADS, ... with fma32; the block adds the partial sums in a fixed tree; then every
@@ -36,6 +37,12 @@ def rmsnorm(x, multiplier, eps):
     return x * inverse_rms(x, eps)[..., None] * multiplier
 
 
+def add_rmsnorm(h, delta, multiplier, eps):
+    """The residual add and the norm after it, in one pass: (h + delta, rmsnorm(h + delta))."""
+    total = np.add(h, delta, dtype=np.float32)
+    return total, rmsnorm(total, multiplier, eps)
+
+
 def rmsnorm_gated(x, z, multiplier, eps):
     """The DeltaNet output norm: rmsnorm(x) * SiLU(z), over the last axis (one head's values)."""
     return rmsnorm(x, multiplier, eps) * silu32_twin(z)
@@ -47,27 +54,51 @@ def l2norm(x, eps, scale=1.0):
     return x * inverse_rms(x, eps, mean=False)[..., None] * np.float32(scale)
 
 
+def split_qkv(conv, heads, dk, eps, q_scale):
+    """DeltaNet's q, k and v out of the conv output [rows, C] (q | k | v, each head-major): q [rows, heads, dk]
+    L2-normalised per head and times q_scale, k [rows, heads, dk] normalised, v [rows, C - 2 heads dk] as it is.
+    The kernel does in one launch what three take_last and two l2norm launches did."""
+    conv = np.asarray(conv, np.float32)
+    rows, width = conv.shape[0], heads * dk
+    q = l2norm(conv[:, :width].reshape(rows, heads, dk), eps, q_scale)
+    k = l2norm(conv[:, width:2 * width].reshape(rows, heads, dk), eps)
+    return q, k, np.ascontiguousarray(conv[:, 2 * width:])
+
+
 # --- the kernels --------------------------------------------------------------------------------------------------
 # Block n normalises vector n of x viewed as [vectors, width]; thread t owns elements t, t + THREADS, ...
 
 @cuda.jit(device=True)
-def load_batch(x, n, first, batch):
-    """batch[u] = x[n, first + u * THREADS] for u < LOADS, all in flight together (past the end: the last element,
-    which the callers skip). A multiplier [width] comes as one vector, [1, width]."""
+def load_window(x, n, start, width, first, batch):
+    """batch[u] = x[n, start + first + u * THREADS] for u < LOADS, all in flight together: element first + u *
+    THREADS of the vector that is row n's columns start .. start + width - 1 (past its end: its last element,
+    which the callers skip)."""
     for u in range(LOADS):
-        batch[u] = x[n, min(first + u * THREADS, x.shape[1] - 1)]
+        batch[u] = x[n, start + min(first + u * THREADS, width - 1)]
+
+
+@cuda.jit(device=True)
+def load_batch(x, n, first, batch):
+    """load_window over the whole of row n. A multiplier [width] comes as one vector, [1, width]."""
+    load_window(x, n, 0, x.shape[1], first, batch)
 
 
 @cuda.jit(device=True)
 def block_inverse_rms(x, n, t, eps, mean):
     """inverse_rms of vector n, computed by the whole block (every thread gets the result)."""
+    return block_inverse_rms_window(x, n, 0, x.shape[1], t, eps, mean)
+
+
+@cuda.jit(device=True)
+def block_inverse_rms_window(x, n, start, length, t, eps, mean):
+    """inverse_rms of the vector x[n, start:start + length], computed by the whole block."""
     partial = cuda.shared.array(THREADS, np.float32)
     batch = cuda.local.array(LOADS, np.float32)
     acc = np.float32(0)
-    for first in range(t, x.shape[1], THREADS * LOADS):
-        load_batch(x, n, first, batch)
+    for first in range(t, length, THREADS * LOADS):
+        load_window(x, n, start, length, first, batch)
         for u in range(LOADS):  # the thread's elements in order: k = first + u * THREADS
-            if first + u * THREADS < x.shape[1]:
+            if first + u * THREADS < length:
                 acc = fma32(batch[u], batch[u], acc)
     partial[t] = acc
     width = THREADS // 2
@@ -80,14 +111,13 @@ def block_inverse_rms(x, n, t, eps, mean):
     squares = partial[0]
     cuda.syncthreads()  # everyone has read partial[0] before a next use of the buffer
     if mean:
-        squares = squares / np.float32(x.shape[1])
+        squares = squares / np.float32(length)
     return np.float32(1.0) / sqrt32(squares + np.float32(eps))  # == np.sqrt in float32
 
 
-@kernel
-def rmsnorm_kernel(x, multiplier, eps, y):
-    n, t = cuda.blockIdx.x, cuda.threadIdx.x
-    inv = block_inverse_rms(x, n, t, eps, True)
+@cuda.jit(device=True)
+def block_scale(x, multiplier, n, t, inv, y):
+    """y = x * inv * multiplier over the thread's elements of vector n."""
     batch, factors = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
     for first in range(t, x.shape[1], THREADS * LOADS):
         load_batch(x, n, first, batch)
@@ -95,6 +125,27 @@ def rmsnorm_kernel(x, multiplier, eps, y):
         for u in range(LOADS):
             if first + u * THREADS < x.shape[1]:
                 y[n, first + u * THREADS] = batch[u] * inv * factors[u]
+
+
+@kernel
+def rmsnorm_kernel(x, multiplier, eps, y):
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
+    block_scale(x, multiplier, n, t, block_inverse_rms(x, n, t, eps, True), y)
+
+
+@kernel
+def add_rmsnorm_kernel(h, delta, multiplier, eps, total, y):
+    """total = h + delta, then rmsnorm_kernel's work on total. Each thread reads back only the elements it wrote
+    (the same t, t + THREADS, ... in every pass), so no barrier is needed between the add and the norm."""
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
+    batch, more = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
+    for first in range(t, h.shape[1], THREADS * LOADS):
+        load_batch(h, n, first, batch)
+        load_batch(delta, n, first, more)
+        for u in range(LOADS):
+            if first + u * THREADS < h.shape[1]:
+                total[n, first + u * THREADS] = batch[u] + more[u]
+    block_scale(total, multiplier, n, t, block_inverse_rms(total, n, t, eps, True), y)
 
 
 @kernel
@@ -124,6 +175,30 @@ def l2norm_kernel(x, eps, scale, y):
                 y[n, first + u * THREADS] = batch[u] * inv * np.float32(scale)
 
 
+@kernel
+def split_qkv_kernel(conv, heads, eps, q_scale, q, k, v):
+    """Block (row r, slot): slots 0 .. heads - 1 normalise row r's query heads, the next `heads` its key heads,
+    the last copies its v. q and k come as [rows * heads, dk]."""
+    slots, t = 2 * heads + 1, cuda.threadIdx.x
+    r, slot = cuda.blockIdx.x // slots, cuda.blockIdx.x % slots
+    dk = q.shape[1]
+    if slot < 2 * heads:  # the same for the whole block: its barriers are reached by every thread or by none
+        inv = block_inverse_rms_window(conv, r, slot * dk, dk, t, eps, False)
+        batch = cuda.local.array(LOADS, np.float32)
+        for first in range(t, dk, THREADS * LOADS):
+            load_window(conv, r, slot * dk, dk, first, batch)
+            for u in range(LOADS):
+                i = first + u * THREADS
+                if i < dk:
+                    if slot < heads:
+                        q[r * heads + slot, i] = batch[u] * inv * np.float32(q_scale)
+                    else:
+                        k[r * heads + slot - heads, i] = batch[u] * inv * np.float32(1.0)
+    else:
+        for i in range(t, v.shape[1], THREADS):
+            v[r, i] = conv[r, 2 * heads * dk + i]
+
+
 def as_vectors(a):
     """A contiguous device array [..., width] viewed as [vectors, width]."""
     width = a.shape[len(a.shape) - 1]
@@ -142,12 +217,30 @@ def rmsnorm_launch(x, multiplier, eps, stream=0):
     return launch_norm(rmsnorm_kernel, x, as_vectors(multiplier), eps, stream=stream)
 
 
+def add_rmsnorm_launch(h, delta, multiplier, eps, stream=0):
+    """(h + delta, its rmsnorm) for device h, delta [..., width]: two new arrays, one launch."""
+    total = cuda.device_array(h.shape, np.float32, stream=stream)
+    y = launch_norm(add_rmsnorm_kernel, h, as_vectors(delta), as_vectors(multiplier), eps, as_vectors(total),
+                    stream=stream)
+    return total, y
+
+
 def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0):
     return launch_norm(rmsnorm_gated_kernel, x, as_vectors(z), as_vectors(multiplier), eps, stream=stream)
 
 
 def l2norm_launch(x, eps, scale=1.0, stream=0):
     return launch_norm(l2norm_kernel, x, eps, scale, stream=stream)
+
+
+def split_qkv_launch(conv, heads, dk, eps, q_scale, stream=0):
+    """split_qkv on the device: (q, k) [rows, heads, dk] and v [rows, C - 2 heads dk], new arrays, one launch."""
+    rows = conv.shape[0]
+    q = cuda.device_array((rows * heads, dk), np.float32, stream=stream)
+    k = cuda.device_array((rows * heads, dk), np.float32, stream=stream)
+    v = cuda.device_array((rows, conv.shape[1] - 2 * heads * dk), np.float32, stream=stream)
+    split_qkv_kernel[rows * (2 * heads + 1), THREADS, stream](conv, heads, eps, q_scale, q, k, v)
+    return q.reshape(rows, heads, dk), k.reshape(rows, heads, dk), v
 
 
 # --- the contract -------------------------------------------------------------------------------------------------
@@ -165,15 +258,40 @@ def _cases(mode, rng):
     return cases
 
 
+def _split_cases(mode, rng):
+    """(rows, heads, dk, v width): the simulator's a v width that is not a multiple of the block; on GPU Qwen3.5's
+    DeltaNet (16 heads of 128, v 2,048) at 1, 16 and 128 rows, and the 4B's v of 4,096."""
+    shapes = [(3, 2, 40, 150), (1, 1, 130, 7)] if mode == "sim" else [(1, 16, 128, 2048), (16, 16, 128, 2048),
+                                                                      (128, 16, 128, 2048), (5, 16, 128, 4096)]
+    return [(f"{rows}x{heads}x{dk}+{width}", {"conv": rng.normal(size=(rows, 2 * heads * dk + width)).astype(np.float32),
+                                              "heads": heads, "dk": dk, "eps": 1e-6, "q_scale": dk ** -0.5})
+            for rows, heads, dk, width in shapes]
+
+
+def _heads_swapped(inputs):
+    """Planted: the first query head and the first key head trade places in every row."""
+    conv, dk, heads = inputs["conv"].copy(), inputs["dk"], inputs["heads"]
+    conv[:, :dk], conv[:, heads * dk:heads * dk + dk] = inputs["conv"][:, heads * dk:heads * dk + dk], inputs["conv"][:, :dk]
+    return {**inputs, "conv": conv}
+
+
 _CONTROLS = {"two swapped rows": swap_rows("x"), "eps off by a factor of ten": lambda i: {**i, "eps": i["eps"] * 10}}
 CONTRACT = [
     KernelCheck("rmsnorm", lambda x, z, multiplier, eps: rmsnorm(x, multiplier, eps),
                 lambda x, z, multiplier, eps: to_host(rmsnorm_launch(cuda.to_device(x), cuda.to_device(multiplier), eps)),
                 _cases, _CONTROLS),
+    KernelCheck("add_rmsnorm", lambda x, z, multiplier, eps: add_rmsnorm(x, z, multiplier, eps),
+                lambda x, z, multiplier, eps: to_host(add_rmsnorm_launch(
+                    cuda.to_device(x), cuda.to_device(z), cuda.to_device(multiplier), eps)),
+                _cases, {**_CONTROLS, "the sum of another row": swap_rows("z")}),
     KernelCheck("rmsnorm_gated", rmsnorm_gated,
                 lambda x, z, multiplier, eps: to_host(rmsnorm_gated_launch(
                     cuda.to_device(x), cuda.to_device(z), cuda.to_device(multiplier), eps)),
                 _cases, {**_CONTROLS, "gate of another row": swap_rows("z")}),
+    KernelCheck("split_qkv", split_qkv, lambda conv, heads, dk, eps, q_scale: to_host(split_qkv_launch(
+                    cuda.to_device(conv), heads, dk, eps, q_scale)), _split_cases,
+                {"two swapped rows": swap_rows("conv"), "eps off by a factor of ten": lambda i: {**i, "eps": i["eps"] * 10},
+                 "q and k heads swapped": _heads_swapped}),
     KernelCheck("l2norm", lambda x, z, multiplier, eps: l2norm(x, eps, 0.125),
                 lambda x, z, multiplier, eps: to_host(l2norm_launch(cuda.to_device(x), eps, 0.125)),
                 _cases, _CONTROLS),

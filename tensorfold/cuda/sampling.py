@@ -23,7 +23,12 @@ Thresholds are searched, not sorted to: a 32-bit key that orders float32 values 
 (top-k) or masses (top-p) and keeps the largest one that still passes. Every sum has one fixed order, so the
 searched thresholds, and with them the token, are the same bits in the twin, the simulator and on the GPU.
 
-Mapping (the kernels): one block of THREADS = 256 threads per row of logits.
+Mapping (the kernels): one block of THREADS = 256 threads per row of logits, after the argmax's first pass.
+
+* The argmax runs in two launches: `argmax_part_kernel` cuts a row into up to PARTS contiguous parts, one block
+  each (a single block reading a row of 248,320 logits took 115 us, most of a one-row decode step's tail), and
+  each part keeps its best (value, lowest id); then the row's block takes the best part, the lowest on ties,
+  which holds the lower ids. The rule picks the same id whatever the cut.
 
 * Thread-strided passes: thread t reads ids t, t + THREADS, ... in that order and keeps its own partial result
   (a best (value, id) pair, 15 counts or 15 masses, a sum). After two search steps a thread copies the values that
@@ -53,7 +58,8 @@ PROBES = 16  # thresholds per search step: c_0 (known to pass) and 15 tested one
 STEPS = 8  # 8 steps of 4 bits: a 32-bit key
 DIGIT = 4  # bits fixed per search step
 COMPACT = 2  # search steps over the whole row before each thread keeps only the values that can still pass
-LOADS = 16  # logits a thread loads before it compares any: one latency for 16 (248,320 logits are 970 a thread)
+LOADS = 16  # logits a thread loads before it compares any: one latency for 16
+PARTS = 64  # blocks a row's argmax is split over, at most (one block reading 248,320 logits took 115 us)
 
 MASK64 = (1 << 64) - 1
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -295,19 +301,19 @@ def better(value, index, best_value, best_index):
 
 
 @cuda.jit(device=True)
-def block_argmax(logits, r, t, values, ids, group_values, group_ids):
-    """The lowest id holding the largest logit of row r; every thread gets it."""
-    vocab = logits.shape[1]
-    best_value, best_index = np.float32(-np.inf), vocab
-    if t < vocab:
-        best_value, best_index = logits[r, t], t
+def block_argmax(logits, r, t, start, stop, values, ids, group_values, group_ids):
+    """The largest logit among ids start .. stop - 1 of row r and the lowest id holding it (-inf and `stop` for an
+    empty range); every thread gets both."""
+    best_value, best_index = np.float32(-np.inf), stop
+    if start + t < stop:
+        best_value, best_index = logits[r, start + t], start + t
     batch = cuda.local.array(LOADS, np.float32)
-    for first in range(t + THREADS, vocab, THREADS * LOADS):
+    for first in range(start + t + THREADS, stop, THREADS * LOADS):
         for u in range(LOADS):  # LOADS values in flight before the first comparison (past the end: the last)
-            batch[u] = logits[r, min(first + u * THREADS, vocab - 1)]
+            batch[u] = logits[r, min(first + u * THREADS, stop - 1)]
         for u in range(LOADS):
             i = first + u * THREADS
-            if i < vocab and batch[u] > best_value:  # ids grow along the walk, so an equal value never replaces
+            if i < stop and batch[u] > best_value:  # ids grow along the walk, so an equal value never replaces
                 best_value, best_index = batch[u], i
     values[t], ids[t] = best_value, best_index
     cuda.syncthreads()
@@ -323,21 +329,49 @@ def block_argmax(logits, r, t, values, ids, group_values, group_ids):
         for g in range(1, GROUPS):
             if better(group_values[g], group_ids[g], best_value, best_index):
                 best_value, best_index = group_values[g], group_ids[g]
-        ids[0] = best_index
+        values[0], ids[0] = best_value, best_index
     cuda.syncthreads()
-    best = ids[0]
-    cuda.syncthreads()  # everyone has read ids[0] before a next use of the buffer
-    return best
+    best_value, best_index = values[0], ids[0]
+    cuda.syncthreads()  # everyone has read slot 0 before a next use of the buffers
+    return best_value, best_index
+
+
+def argmax_parts(vocab: int) -> int:
+    """Blocks a row's argmax is split over: one batch of LOADS per thread each, at most PARTS."""
+    return max(1, min(PARTS, -(-vocab // (THREADS * LOADS))))
 
 
 @kernel
-def argmax_kernel(logits, out):
+def argmax_part_kernel(logits, part_values, part_ids):
+    """Part p of row r: the best (value, id) among the row's ids [p * length, (p + 1) * length)."""
+    p, r, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+    values = cuda.shared.array(THREADS, np.float32)
+    ids = cuda.shared.array(THREADS, np.int32)
+    group_values = cuda.shared.array(GROUPS, np.float32)
+    group_ids = cuda.shared.array(GROUPS, np.int32)
+    vocab, parts = logits.shape[1], part_values.shape[1]
+    length = (vocab + parts - 1) // parts
+    best_value, best_index = block_argmax(logits, r, t, min(p * length, vocab), min(p * length + length, vocab),
+                                          values, ids, group_values, group_ids)
+    if t == 0:
+        part_values[r, p], part_ids[r, p] = best_value, best_index
+
+
+@cuda.jit(device=True)
+def best_of_parts(part_values, part_ids, r, t, values, ids, group_values, group_ids):
+    """The row's argmax from its parts: the best part, the lowest on ties, which holds the lower ids."""
+    _, best_part = block_argmax(part_values, r, t, 0, part_values.shape[1], values, ids, group_values, group_ids)
+    return part_ids[r, best_part]
+
+
+@kernel
+def argmax_kernel(part_values, part_ids, out):
     r, t = cuda.blockIdx.x, cuda.threadIdx.x
     values = cuda.shared.array(THREADS, np.float32)
     ids = cuda.shared.array(THREADS, np.int32)
     group_values = cuda.shared.array(GROUPS, np.float32)
     group_ids = cuda.shared.array(GROUPS, np.int32)
-    best = block_argmax(logits, r, t, values, ids, group_values, group_ids)
+    best = best_of_parts(part_values, part_ids, r, t, values, ids, group_values, group_ids)
     if t == 0:
         out[r] = best
 
@@ -393,7 +427,8 @@ def block_search(values, spare, r, t, goal, mass, acc, parts, groups, totals):
 
 
 @kernel
-def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, work, spare, out):
+def sample_kernel(logits, part_values, part_ids, seeds, positions, temperature, top_k, top_p, min_p, work, spare,
+                  out):
     r, t = cuda.blockIdx.x, cuda.threadIdx.x
     vocab = logits.shape[1]
     values = cuda.shared.array(THREADS, np.float32)
@@ -407,7 +442,7 @@ def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, wo
     owner = cuda.shared.array(1, np.int32)
     acc = cuda.local.array(PROBES, np.float32)  # a thread's probe sums, in registers
 
-    best = block_argmax(logits, r, t, values, ids, group_values, group_ids)
+    best = best_of_parts(part_values, part_ids, r, t, values, ids, group_values, group_ids)
     if t == 0:
         out[r] = best  # the answer at temperature 0; a draw overwrites it below
     temp = temperature[r]
@@ -470,10 +505,20 @@ def sample_kernel(logits, seeds, positions, temperature, top_k, top_p, min_p, wo
                     break
 
 
+def argmax_parts_launch(logits, stream=0):
+    """Each row's argmax by parts (argmax_part_kernel): (best values float32, their ids int32) [rows, parts]."""
+    rows, vocab = logits.shape
+    parts = argmax_parts(vocab)
+    part_values = cuda.device_array((rows, parts), np.float32, stream=stream)
+    part_ids = cuda.device_array((rows, parts), np.int32, stream=stream)
+    argmax_part_kernel[(parts, rows), THREADS, stream](logits, part_values, part_ids)
+    return part_values, part_ids
+
+
 def argmax_launch(logits, stream=0):
     """Row-wise argmax of device logits [rows, V]: int32 [rows] on the device."""
     out = cuda.device_array(logits.shape[0], np.int32, stream=stream)
-    argmax_kernel[logits.shape[0], THREADS, stream](logits, out)
+    argmax_kernel[logits.shape[0], THREADS, stream](*argmax_parts_launch(logits, stream), out)
     return out
 
 
@@ -487,8 +532,8 @@ def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, st
     work = cuda.device_array((rows, vocab), np.float32, stream=stream)  # each row's x, then its p
     spare = cuda.device_array((rows, vocab), np.float32, stream=stream)  # the searches' compacted candidates
     out = cuda.device_array(rows, np.int32, stream=stream)
-    sample_kernel[rows, THREADS, stream](logits, seeds, positions, temperature, top_k, top_p, min_p, work, spare,
-                                         out)
+    sample_kernel[rows, THREADS, stream](logits, *argmax_parts_launch(logits, stream), seeds, positions, temperature,
+                                         top_k, top_p, min_p, work, spare, out)
     return out
 
 
@@ -505,7 +550,7 @@ def _plant_ties(rng, logits):
 
 
 def _argmax_cases(mode, rng):
-    shapes = [(2, 300), (3, 517)] if mode == "sim" else [(1, 248320), (16, 248320), (16, 4096), (5, 1000)]
+    shapes = [(2, 300), (3, 517), (1, 4500)] if mode == "sim" else [(1, 248320), (16, 248320), (16, 4096), (5, 1000)]
     cases = []
     for rows, vocab in shapes:
         logits = rng.normal(size=(rows, vocab)).astype(np.float32)

@@ -298,13 +298,77 @@ class Window:
         return chain
 
 
+# The projections of a layer that read the same x, in the order a layer uses their outputs: each group whose
+# weights share a form runs as one GEMV over their rows stacked (one launch instead of up to four; a one-row GEMV of
+# 16 outputs costs about what one of 2,048 does). Each output's sum depends only on its own weight row and x, so a
+# stacked GEMV gives every output the bits of its own projection's.
+PROJECTIONS = {"linear_attn.": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"),
+               "self_attn.": ("q_proj", "k_proj", "v_proj"), "mlp.": ("gate_proj", "up_proj")}
+
+
+def stacked_rows(linears: list):
+    """One Linear holding the rows of `linears` (same form and width) one after another."""
+    first = linears[0]
+    stack = lambda field: None if getattr(first, field) is None else np.concatenate(  # noqa: E731
+        [getattr(w, field) for w in linears])
+    return dataclasses.replace(first, out_features=sum(w.out_features for w in linears), data=stack("data"),
+                               scales=stack("scales"), biases=stack("biases"))
+
+
+def rows_of(linear, start: int, stop: int):
+    """Rows start .. stop - 1 of a Linear, as views of its arrays (NumPy or device arrays alike)."""
+    view = lambda a: None if a is None else a[start:stop]  # noqa: E731
+    return dataclasses.replace(linear, out_features=stop - start, data=view(linear.data),
+                               scales=view(linear.scales), biases=view(linear.biases))
+
+
+def form(linear) -> tuple:
+    """What two Linears must share to be stacked."""
+    return linear.kind, linear.in_features, linear.bits, linear.group_size
+
+
 class Qwen35:
-    """The text model: config, weights (by canonical name, on the backend) and the backend that runs its ops."""
+    """The text model: config, weights (by canonical name, on the backend) and the backend that runs its ops.
+
+    `projections` holds, per layer and group of PROJECTIONS, the GEMVs that compute the group: (weight, output
+    widths) pairs, a stacked weight where neighbouring projections share a form. `weights` keeps every projection
+    under its own name, as a view of the rows it has in its stack, so no weight is held twice."""
 
     def __init__(self, config: ModelConfig, weights: dict, backend):
         self.config, self.ops = config, backend
-        self.weights = {name: backend.upload(w) for name, w in weights.items()}
+        weights, self.projections = dict(weights), {}
+        uploaded = {}
+        for i, kind in enumerate(config.layer_types):
+            for group in ("linear_attn." if kind == "linear_attention" else "self_attn.", "mlp."):
+                prefix, names = f"layers.{i}.{group}", PROJECTIONS[group]
+                runs = []  # neighbouring projections of one form: [names]
+                for name in names:
+                    linear = weights.pop(prefix + name + ".weight")
+                    if runs and form(runs[-1][-1][1]) == form(linear):
+                        runs[-1].append((name, linear))
+                    else:
+                        runs.append([(name, linear)])
+                self.projections[prefix] = []
+                for run in runs:
+                    stacked = backend.upload(stacked_rows([linear for _, linear in run]))
+                    widths = [linear.out_features for _, linear in run]
+                    self.projections[prefix].append((stacked, widths))
+                    start = 0
+                    for (name, _), width in zip(run, widths):
+                        uploaded[prefix + name + ".weight"] = rows_of(stacked, start, start + width)
+                        start += width
+        uploaded.update({name: backend.upload(w) for name, w in weights.items()})
+        self.weights = uploaded
         self.lm_head = self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])
+
+    def project(self, x, prefix: str) -> list:
+        """The outputs of the projections of group `prefix` (e.g. "layers.3.mlp.") for the rows x, in the order of
+        PROJECTIONS: one GEMV per stacked weight, its output cut into each projection's columns."""
+        outputs = []
+        for weight, widths in self.projections[prefix]:
+            y = self.ops.linear(x, weight)
+            outputs.extend(self.ops.split_columns(y, widths) if len(widths) > 1 else [y])
+        return outputs
 
     def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()) -> StreamState:
         return StreamState(self.config, self.ops, max_rows, policy)
@@ -331,14 +395,18 @@ class Qwen35:
             win.state.window_rows = len(win.ids)
             win.state.reserve(len(win.ids))  # key/value rows at length + slot (no-op in a recorded round)
         h = ops.embed(inputs.ids, w["embed_tokens.weight"])
+        x = ops.rmsnorm(h, w["layers.0.input_layernorm.weight"], c.rms_norm_eps)
         tapped = {}
-        for i, kind in enumerate(c.layer_types):
+        for i, kind in enumerate(c.layer_types):  # each residual add and the norm after it: one op, add_rmsnorm
             p = f"layers.{i}."
-            x = ops.rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
             mixer = self.deltanet if kind == "linear_attention" else self.attention
-            h = ops.add(h, mixer(x, windows, spans, i, inputs))
-            x = ops.rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-            h = ops.add(h, self.mlp(x, p + "mlp."))
+            h, x = ops.add_rmsnorm(h, mixer(x, windows, spans, i, inputs), w[p + "post_attention_layernorm.weight"],
+                                   c.rms_norm_eps)
+            if i + 1 < c.num_hidden_layers:
+                h, x = ops.add_rmsnorm(h, self.mlp(x, p + "mlp."), w[f"layers.{i + 1}.input_layernorm.weight"],
+                                       c.rms_norm_eps)
+            else:  # the final norm reads only the rows whose logits are wanted
+                h = ops.add(h, self.mlp(x, p + "mlp."))
             if i in taps:
                 tapped[i] = h
         for win, (a, b) in zip(windows, spans):
@@ -356,8 +424,7 @@ class Qwen35:
 
     def mlp(self, x, p):
         ops, w = self.ops, self.weights
-        gate = ops.linear(x, w[p + "gate_proj.weight"])
-        up = ops.linear(x, w[p + "up_proj.weight"])
+        gate, up = self.project(x, p)
         return ops.linear(ops.silu_mul(gate, up), w[p + "down_proj.weight"])
 
     def deltanet(self, x, windows, spans, i, inputs):
@@ -371,19 +438,17 @@ class Qwen35:
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
         dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
         rows = x.shape[0]
-        mixed = ops.linear(x, w[p + "in_proj_qkv.weight"])  # [rows, C]: q | k | v, each head-major
-        z = ops.linear(x, w[p + "in_proj_z.weight"]).reshape(rows, nv, dv)
-        decay, beta = ops.deltanet_gates(ops.linear(x, w[p + "in_proj_b.weight"]),
-                                         ops.linear(x, w[p + "in_proj_a.weight"]), w[p + "A_log"], w[p + "dt_bias"])
+        mixed, z, b, a = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
+        z = z.reshape(rows, nv, dv)
+        decay, beta = ops.deltanet_gates(b, a, w[p + "A_log"], w[p + "dt_bias"])
         conv, tails = ops.empty((rows, c.conv_dim)), []
         with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):
                 with lanes.lane(n):
                     tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
                                                  win.maps.conv_taps, out=conv[a:b])[1])
-        q = ops.l2norm(ops.take_last(conv, 0, nk * dk).reshape(rows, nk, dk), L2NORM_EPS, scale=1.0 / math.sqrt(dk))
-        k = ops.l2norm(ops.take_last(conv, nk * dk, 2 * nk * dk).reshape(rows, nk, dk), L2NORM_EPS)
-        v = ops.take_last(conv, 2 * nk * dk, c.conv_dim).reshape(rows, nv, dv)
+        q, k, v = ops.split_qkv(conv, nk, dk, L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
+        v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
         with ops.side_by_side(len(windows)) as lanes:
             for n, (win, (a, b), new_tail) in enumerate(zip(windows, spans, tails)):
@@ -405,11 +470,11 @@ class Qwen35:
         p = f"layers.{i}.self_attn."
         rows, heads, kv_heads, hd = x.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
         positions = inputs.positions
-        q_and_gate = ops.linear(x, w[p + "q_proj.weight"]).reshape(rows, heads, 2 * hd)  # per head: query, gate
+        q_and_gate, k, v = self.project(x, p)
+        q_and_gate = q_and_gate.reshape(rows, heads, 2 * hd)  # per head: query, gate
         q = ops.take_last(q_and_gate, 0, hd)
         gate = ops.take_last(q_and_gate, hd, 2 * hd).reshape(rows, heads * hd)
-        k = ops.linear(x, w[p + "k_proj.weight"]).reshape(rows, kv_heads, hd)
-        v = ops.linear(x, w[p + "v_proj.weight"]).reshape(rows, kv_heads, hd)
+        k, v = k.reshape(rows, kv_heads, hd), v.reshape(rows, kv_heads, hd)
         q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
         out = ops.empty((rows, heads, hd))

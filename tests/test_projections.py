@@ -1,0 +1,63 @@
+"""Stacked projections (qwen35.PROJECTIONS): the projections of a layer that read the same x run as one GEMV over
+their stacked rows, and each projection's output must keep the bits its own GEMV gives."""
+import numpy as np
+import pytest
+
+import tensorfold
+
+
+def separate_and_stacked(net, x, prefix):
+    """Each projection of the group through its own weight (a view of the stack), and the group through `project`."""
+    from tensorfold.model.qwen35 import PROJECTIONS
+    names = [n for n in PROJECTIONS[prefix.split(".", 2)[2]]]
+    ops = net.ops
+    separate = [ops.to_host(ops.linear(x, net.weights[prefix + name + ".weight"])) for name in names]
+    stacked = [ops.to_host(y) for y in net.project(x, prefix)]
+    return separate, stacked
+
+
+def equal(a, b):
+    return len(a) == len(b) and all(u.shape == v.shape and u.tobytes() == v.tobytes() for u, v in zip(a, b))
+
+
+@pytest.mark.parametrize("form", ["mlx4", "hf"])
+def test_stacked_projections_equal_each_projection(form, tiny_mlx4, tiny_hf):
+    model = tensorfold.load(tiny_mlx4 if form == "mlx4" else tiny_hf, backend="numpy")
+    net, rng = model.net, np.random.default_rng(0)
+    assert {p.split(".", 2)[2] for p in net.projections} == {"linear_attn.", "self_attn.", "mlp."}
+    for prefix, gemvs in net.projections.items():
+        x = rng.normal(size=(3, model.config.hidden_size)).astype(np.float32)
+        separate, stacked = separate_and_stacked(net, x, prefix)
+        assert equal(separate, stacked), prefix
+        # No weight is held twice: each projection's weight is a view of its stack.
+        weight, widths = gemvs[0]
+        first = net.weights[prefix + {"linear_attn.": "in_proj_qkv", "self_attn.": "q_proj",
+                                      "mlp.": "gate_proj"}[prefix.split(".", 2)[2]] + ".weight"]
+        assert np.shares_memory(first.data, weight.data) and len(widths) > 1
+    # Planted: the stacked output cut one column off (the same widths, each boundary moved by one) must fail.
+    for prefix in net.projections:
+        x = rng.normal(size=(2, model.config.hidden_size)).astype(np.float32)
+        separate, _ = separate_and_stacked(net, x, prefix)
+        weight, widths = net.projections[prefix][0]
+        shifted = np.roll(net.ops.linear(x, weight), 1, axis=1)
+        assert not equal(separate[:len(widths)], net.ops.split_columns(shifted, widths)), prefix
+
+
+def test_stacked_projections_in_the_simulator(tmp_path, monkeypatch, on_gpu):
+    """The cuda backend's cut: one row's parts are views of the GEMV's row, several rows' are copies."""
+    if on_gpu:
+        pytest.skip("under --gpu the exactness suite runs the stacked GEMVs at real widths")
+    from test_backend_sim import MICRO
+    from tensorfold.cuda import gemv, rmsnorm
+    from tensorfold.model.tiny import make_tiny
+    monkeypatch.setattr(gemv, "THREADS", 8)
+    monkeypatch.setattr(rmsnorm, "THREADS", 8)
+    make_tiny(tmp_path, seed=0, config=MICRO, fmt="mlx4")
+    cpu, sim = tensorfold.load(str(tmp_path), backend="numpy"), tensorfold.load(str(tmp_path), backend="cuda")
+    rng = np.random.default_rng(1)
+    for rows in (1, 3):
+        x = rng.normal(size=(rows, MICRO.hidden_size)).astype(np.float32)
+        for prefix in sim.net.projections:
+            separate, stacked = separate_and_stacked(sim.net, sim.backend.upload(x), prefix)
+            assert equal(separate, stacked), (rows, prefix)
+            assert equal(separate_and_stacked(cpu.net, x, prefix)[1], stacked), (rows, prefix)
