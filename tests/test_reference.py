@@ -38,9 +38,9 @@ def test_reference_catches_planted_mistakes(checkpoints, mistake):
     if mistake == "plain norm weight":  # multiply by w instead of 1 + w
         w["layers.0.input_layernorm.weight"] = w["layers.0.input_layernorm.weight"] - np.float32(1)
     elif mistake == "gate/query order":  # all queries then all gates instead of per-head interleave
-        q = w["layers.3.self_attn.q_proj.weight"]
+        q = w["layers.3.self_attn.q_proj.weight"]  # its rows of the layer's stacked projections: written in place
         per_head = q.data.reshape(c.num_attention_heads, 2, c.head_dim, -1)
-        q.data = per_head.transpose(1, 0, 2, 3).reshape(q.data.shape).copy()
+        q.data[...] = per_head.transpose(1, 0, 2, 3).reshape(q.data.shape).copy()
     else:  # value head h reads key head h % nk instead of h // (nv / nk)
         qkv = w["layers.0.linear_attn.in_proj_qkv.weight"]
         nk, dk = c.linear_num_key_heads, c.linear_key_head_dim
