@@ -120,10 +120,11 @@ class NumpyBackend:
         """Arrays of equal trailing shape stacked along their rows, as one new array."""
         return np.concatenate(arrays)
 
-    def split_columns(self, y, widths):
-        """y [rows, sum(widths)] cut into arrays of those many columns, left to right (each its own contiguous
-        array)."""
+    def linear_parts(self, x, weight, widths):
+        """linear(x, weight) cut into arrays of `widths` columns, left to right (each its own contiguous array):
+        the outputs of projections whose weights are stacked in `weight`."""
         bounds = np.cumsum([0] + list(widths))
+        y = self.linear(x, weight)
         return [np.ascontiguousarray(y[:, a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
     def to_host(self, array) -> np.ndarray:
@@ -200,15 +201,6 @@ class CudaBackend:
             start += a.shape[0]
         return out
 
-    def split_columns(self, y, widths):
-        """NumpyBackend.split_columns on the device: one row's parts are views of it (a row's columns lie side by
-        side), several rows' are copies (one take_last launch each)."""
-        bounds = np.cumsum([0] + list(widths))
-        if y.shape[0] == 1:
-            row = y.reshape(y.shape[1])
-            return [row[a:b].reshape(1, b - a) for a, b in zip(bounds[:-1], bounds[1:])]
-        return [self.take_last(y, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-
     def copy_into(self, dst, src):
         """Overwrite device dst with src (same shape), in place."""
         elementwise.copy_rows_launch(dst, src, 0, stream=self.stream)
@@ -226,6 +218,15 @@ class CudaBackend:
             return gemv.launch_gemv(gemv.gemv_bf16_kernel, x, weight.out_features, weight.data, stream=s)
         return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
                                 weight.biases, weight.bits, weight.group_size, stream=s)
+
+    def linear_parts(self, x, weight, widths):
+        """NumpyBackend.linear_parts on the device: one GEMV that writes each part whole (gemv.launch_gemv's
+        `parts`), so each is a contiguous array with no copy."""
+        if weight.kind == "affine":
+            return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
+                                    weight.biases, weight.bits, weight.group_size, stream=self.stream, parts=widths)
+        kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
+        return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, parts=widths)
 
     def embed(self, ids, weight):
         kernels = {"f32": gemv.embed_f32_kernel, "bf16": gemv.embed_bf16_kernel, "affine": gemv.embed_affine_kernel}

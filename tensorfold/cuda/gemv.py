@@ -255,11 +255,30 @@ def affine_chunk(bits, group_size):
     return load
 
 
+PARTS = 4  # parts a GEMV's outputs can be cut into (qwen35.PROJECTIONS: at most four projections stacked)
+
+
+@cuda.jit(device=True)
+def output_index(r, o, rows, out_features, end1, end2, end3):
+    """Where output o of row r goes in the flat y: the outputs are cut into up to PARTS parts that end at end1,
+    end2, end3 (out_features where there are fewer parts) and out_features, and each part is stored whole,
+    [rows, its width] row by row, after the parts before it. One part is y [rows, out_features] as usual."""
+    start, end = 0, end1
+    if o >= end1:
+        start, end = end1, end2
+    if o >= end2:
+        start, end = end2, end3
+    if o >= end3:
+        start, end = end3, out_features
+    return start * rows + r * (end - start) + o - start
+
+
 def tree_writer(rows, outputs):
     """The end of both kernels: each output's THREADS partial sums (acc[r * outputs + j] of every thread of the
-    warp) added in the halving tree of `tree_sum`, and written to y for the `live` rows from `first`."""
+    warp) added in the halving tree of `tree_sum`, and written to y (`layout`: see `output_index`) for the `live`
+    rows from `first`."""
     @cuda.jit(device=True)
-    def write_sums(acc, partial, warp, t, base, first, live, y):
+    def write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3):
         for j in range(outputs):
             for r in range(rows):
                 partial[warp, r, t] = acc[r * outputs + j]
@@ -271,9 +290,10 @@ def tree_writer(rows, outputs):
                         partial[warp, r, t] += partial[warp, r, t + width]
                 width //= 2
             cuda.syncthreads()
-            if t == 0 and base + j < y.shape[1]:
+            if t == 0 and base + j < out_features:
                 for r in range(live):
-                    y[first + r, base + j] = partial[warp, r, 0]
+                    at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
+                    y[np.uint64(at)] = partial[warp, r, 0]
             cuda.syncthreads()  # the next output reuses `partial`
     return write_sums
 
@@ -285,10 +305,11 @@ def gemv_kernel(load_chunk, rows):
     write_sums = tree_writer(rows, OUTPUTS)
 
     @kernel
-    def gemv_tile_kernel(x_pairs, pairs_width, columns, data, width, scales, biases, groups, y):
+    def gemv_tile_kernel(x_pairs, pairs_width, columns, data, width, scales, biases, groups, y, rows_total,
+                         out_features, end1, end2, end3):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
         base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
-        live = min(rows, y.shape[0] - first)  # the tile's rows
+        live = min(rows, rows_total - first)  # the tile's rows
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
         weights = cuda.local.array(chunk_weights, np.float32)  # weights[j * CHUNK + e]: the chunk's, dequantized
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
@@ -297,10 +318,10 @@ def gemv_kernel(load_chunk, rows):
         for a in range(accumulators):
             acc[a] = 0
         for j in range(OUTPUTS):
-            outputs[j] = min(base + j, y.shape[1] - 1)
+            outputs[j] = min(base + j, out_features - 1)
         for r in range(rows):
             x_rows[r] = (first + min(r, live - 1)) * pairs_width
-        if base < y.shape[1]:  # a warp past the last output only joins the tree
+        if base < out_features:  # a warp past the last output only joins the tree
             chunks = -(-columns // CHUNK)
             interior = columns // CHUNK  # the chunks before this one are whole
             for c in range(t, chunks, THREADS):
@@ -321,7 +342,7 @@ def gemv_kernel(load_chunk, rows):
                                 acc[r * OUTPUTS + j] = fma_rn(weights[j * CHUNK + e], xs[2 * r + e % 2],
                                                               acc[r * OUTPUTS + j])
         partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
-        write_sums(acc, partial, warp, t, base, first, live, y)
+        write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
 
     return gemv_tile_kernel
 
@@ -336,7 +357,8 @@ def affine_row_kernel(bits, group_size):
     write_sums = tree_writer(1, ROW_OUTPUTS)
 
     @kernel
-    def gemv_row_kernel(x, columns, packed, width, scales, biases, groups, y):
+    def gemv_row_kernel(x, columns, packed, width, scales, biases, groups, y, rows_total, out_features, end1, end2,
+                        end3):
         warp, t = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS
         base = (cuda.blockIdx.x * WARPS + warp) * ROW_OUTPUTS  # the warp's first output
         acc = cuda.local.array(ROW_OUTPUTS, np.float32)
@@ -346,8 +368,8 @@ def affine_row_kernel(bits, group_size):
         outputs = cuda.local.array(ROW_OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
         for j in range(ROW_OUTPUTS):
             acc[j] = 0
-            outputs[j] = min(base + j, y.shape[1] - 1)
-        if base < y.shape[1]:  # a warp past the last output only joins the tree
+            outputs[j] = min(base + j, out_features - 1)
+        if base < out_features:  # a warp past the last output only joins the tree
             chunks = columns // CHUNK
             interior = chunks - (ROW_STEP - 1) * THREADS  # a step from a chunk before this has every chunk
             for c in range(t, chunks, ROW_STEP * THREADS):  # the step's chunks: c, c + THREADS, ...
@@ -369,7 +391,7 @@ def affine_row_kernel(bits, group_size):
                                 code = (held[n * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
                                 acc[j] = fma_rn(fma_rn(scale[n], np.float32(code), bias[n]), value, acc[j])
         partial = cuda.shared.array((WARPS, 1, THREADS), np.float32)
-        write_sums(acc, partial, warp, t, base, 0, 1, y)
+        write_sums(acc, partial, warp, t, base, 0, 1, y, rows_total, out_features, end1, end2, end3)
 
     return gemv_row_kernel
 
@@ -411,25 +433,33 @@ def flat(a):
     return a.reshape(a.size)
 
 
-def launch_gemv(kernels, x, out_features, *weight_args, stream=0):
+def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None):
     """Run a format's GEMV (`kernels`: gemv_f32_kernel, gemv_bf16_kernel or gemv_affine_kernel) over the rows of the
     device array x; `weight_args` are the weight (float formats) or (packed, scales, biases, bits, group_size).
-    Returns y [rows, out_features]."""
+    Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a list of one
+    array [rows, width] per part, each a contiguous piece of one output (no copy, whatever the row count)."""
     if len(weight_args) == 1:  # a float format: its weight stands in for the scales and biases it ignores
         weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
     data, scales, biases, bits, group_size = weight_args
     assert group_size % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
-    tile, walked, kernel_for_call = kernels.for_call(x.shape[0], bits, group_size)
-    y = cuda.device_array((x.shape[0], out_features), np.float32, stream=stream)
-    weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y)
+    widths = [out_features] if parts is None else list(parts)
+    assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
+    ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
+    rows = x.shape[0]
+    tile, walked, kernel_for_call = kernels.for_call(rows, bits, group_size)
+    y = cuda.device_array(rows * out_features, np.float32, stream=stream)
+    weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
     if walked:
         pairs = launch_walk_x(x, stream).view(np.uint64)  # two float32 columns a uint64, the first in the low half
-        grid = (-(-out_features // (WARPS * OUTPUTS)), -(-x.shape[0] // tile))
+        grid = (-(-out_features // (WARPS * OUTPUTS)), -(-rows // tile))
         kernel_for_call[grid, WARPS * THREADS, stream](flat(pairs), pairs.shape[1], x.shape[1], *weight)
     else:
         kernel_for_call[-(-out_features // (WARPS * ROW_OUTPUTS)), WARPS * THREADS, stream](flat(x), x.shape[1],
                                                                                             *weight)
-    return y
+    if parts is None:
+        return y.reshape(rows, out_features)
+    starts = [0] + ends[:len(widths) - 1]
+    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, widths)]
 
 
 # --- embedding rows: the lookup of token ids, dequantized like the GEMV's weights -----------------------------------
@@ -566,6 +596,42 @@ CONTRACT = [
     KernelCheck("gemv_affine4", gemv_affine, _launch_affine, _quantized_cases(4), _AFFINE_CONTROLS),
     KernelCheck("gemv_affine8", gemv_affine, _launch_affine, _quantized_cases(8), _AFFINE_CONTROLS),
 ]
+
+
+def _parts_cases(mode, rng):
+    """Outputs cut into parts (the stacked projections): every row count's kernel, parts of odd widths."""
+    from ..model.writer import quantize_affine
+    shapes = ([(3, (5, 3, 1, 7), 128), (1, (4, 12), 1280), (9, (8, 8), 128)] if mode == "sim" else
+              [(1, (6144, 2048, 16, 16), 2048), (16, (6144, 2048, 16, 16), 2048), (4, (6144, 6144), 2048),
+               (128, (4096, 512, 512), 1024)])
+    cases = []
+    for rows, widths, cols in shapes:
+        packed, scales, biases = quantize_affine(rng.normal(size=(sum(widths), cols)).astype(np.float32), 4, 64)
+        cases.append((f"{rows}x{'+'.join(map(str, widths))}x{cols}", {
+            "x": rng.normal(size=(rows, cols)).astype(np.float32), "packed": packed, "scales": bf16_to_f32(scales),
+            "biases": bf16_to_f32(biases), "widths": widths}))
+    return cases
+
+
+def _parts_twin(x, packed, scales, biases, widths):
+    y = gemv_affine(x, packed, scales, biases, 4, 64)
+    return tuple(np.split(y, np.cumsum(widths)[:-1], axis=1))
+
+
+def _parts_launch(x, packed, scales, biases, widths):
+    return tuple(to_host(p) for p in launch_gemv(
+        gemv_affine_kernel, cuda.to_device(x), packed.shape[0], cuda.to_device(packed), cuda.to_device(scales),
+        cuda.to_device(biases), 4, 64, parts=widths))
+
+
+def _boundary_moved(inputs):
+    """Planted: the first part cut one output late."""
+    widths = inputs["widths"]
+    return {**inputs, "widths": (widths[0] + 1, widths[1] - 1) + tuple(widths[2:])}
+
+
+CONTRACT.append(KernelCheck("gemv_affine4 in parts", _parts_twin, _parts_launch, _parts_cases,
+                            {**_ROW_CONTROLS, "a part boundary one output late": _boundary_moved}))
 
 
 def _embed_cases(mode, rng):

@@ -363,11 +363,10 @@ class Qwen35:
 
     def project(self, x, prefix: str) -> list:
         """The outputs of the projections of group `prefix` (e.g. "layers.3.mlp.") for the rows x, in the order of
-        PROJECTIONS: one GEMV per stacked weight, its output cut into each projection's columns."""
+        PROJECTIONS: one GEMV per stacked weight, which writes each projection's output as its own array."""
         outputs = []
         for weight, widths in self.projections[prefix]:
-            y = self.ops.linear(x, weight)
-            outputs.extend(self.ops.split_columns(y, widths) if len(widths) > 1 else [y])
+            outputs.extend(self.ops.linear_parts(x, weight, widths) if len(widths) > 1 else [self.ops.linear(x, weight)])
         return outputs
 
     def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()) -> StreamState:
