@@ -145,7 +145,11 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   e and e + 1 are neighbours, and neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as
 #   uint64) brings two columns, and a warp's 32 loads are one coalesced 256-byte line. Half the load instructions
 #   of one float at a time: at 16 rows the kernel took 38 to 55 % less time (docs/receipts/
-#   2026-11-30-h200-pairs.md).
+#   2026-11-30-h200-stacked.md, section 1).
+#
+# Both kernels end in `tree_writer`'s sums, written where `output_index` says: y [rows, out_features], or, for a
+# GEMV over stacked projections (qwen35.PROJECTIONS), each projection's outputs as a whole [rows, width] array of
+# their own, one after another in the same buffer, so that nothing has to copy them apart.
 #
 # The accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled loops,
 # which the compiler keeps in registers (a size only known at run time puts them in local memory; so does an array
