@@ -259,23 +259,28 @@ def _cases(mode, rng):
 
 
 def _split_cases(mode, rng):
-    """(rows, heads, dk, v width): the simulator's a v width that is not a multiple of the block; on GPU Qwen3.5's
-    DeltaNet (16 heads of 128, v 2,048) at 1, 16 and 128 rows, and the 4B's v of 4,096."""
+    """(rows, heads, dk, v width): in the simulator a v width that is not a multiple of the block and a head wider
+    than it; on GPU Qwen3.5's DeltaNet (16 heads of 128, v 2,048) at 1, 16 and 128 rows, and the 4B's v of 4,096."""
     shapes = [(3, 2, 40, 150), (1, 1, 130, 7)] if mode == "sim" else [(1, 16, 128, 2048), (16, 16, 128, 2048),
                                                                       (128, 16, 128, 2048), (5, 16, 128, 4096)]
-    return [(f"{rows}x{heads}x{dk}+{width}", {"conv": rng.normal(size=(rows, 2 * heads * dk + width)).astype(np.float32),
-                                              "heads": heads, "dk": dk, "eps": 1e-6, "q_scale": dk ** -0.5})
-            for rows, heads, dk, width in shapes]
+    cases = []
+    for rows, heads, dk, width in shapes:
+        conv = rng.normal(size=(rows, 2 * heads * dk + width)).astype(np.float32)
+        cases.append((f"{rows}x{heads}x{dk}+{width}", {"conv": conv, "heads": heads, "dk": dk, "eps": 1e-6,
+                                                        "q_scale": dk ** -0.5}))
+    return cases
 
 
 def _heads_swapped(inputs):
     """Planted: the first query head and the first key head trade places in every row."""
     conv, dk, heads = inputs["conv"].copy(), inputs["dk"], inputs["heads"]
-    conv[:, :dk], conv[:, heads * dk:heads * dk + dk] = inputs["conv"][:, heads * dk:heads * dk + dk], inputs["conv"][:, :dk]
+    first_key = slice(heads * dk, heads * dk + dk)
+    conv[:, :dk], conv[:, first_key] = inputs["conv"][:, first_key], inputs["conv"][:, :dk]
     return {**inputs, "conv": conv}
 
 
-_CONTROLS = {"two swapped rows": swap_rows("x"), "eps off by a factor of ten": lambda i: {**i, "eps": i["eps"] * 10}}
+_EPS_TIMES_TEN = lambda i: {**i, "eps": i["eps"] * 10}  # noqa: E731
+_CONTROLS = {"two swapped rows": swap_rows("x"), "eps off by a factor of ten": _EPS_TIMES_TEN}
 CONTRACT = [
     KernelCheck("rmsnorm", lambda x, z, multiplier, eps: rmsnorm(x, multiplier, eps),
                 lambda x, z, multiplier, eps: to_host(rmsnorm_launch(cuda.to_device(x), cuda.to_device(multiplier), eps)),
@@ -290,7 +295,7 @@ CONTRACT = [
                 _cases, {**_CONTROLS, "gate of another row": swap_rows("z")}),
     KernelCheck("split_qkv", split_qkv, lambda conv, heads, dk, eps, q_scale: to_host(split_qkv_launch(
                     cuda.to_device(conv), heads, dk, eps, q_scale)), _split_cases,
-                {"two swapped rows": swap_rows("conv"), "eps off by a factor of ten": lambda i: {**i, "eps": i["eps"] * 10},
+                {"two swapped rows": swap_rows("conv"), "eps off by a factor of ten": _EPS_TIMES_TEN,
                  "q and k heads swapped": _heads_swapped}),
     KernelCheck("l2norm", lambda x, z, multiplier, eps: l2norm(x, eps, 0.125),
                 lambda x, z, multiplier, eps: to_host(l2norm_launch(cuda.to_device(x), eps, 0.125)),

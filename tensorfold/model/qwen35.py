@@ -336,37 +336,40 @@ class Qwen35:
 
     def __init__(self, config: ModelConfig, weights: dict, backend):
         self.config, self.ops = config, backend
-        weights, self.projections = dict(weights), {}
-        uploaded = {}
+        weights, self.weights, self.projections = dict(weights), {}, {}
         for i, kind in enumerate(config.layer_types):
             for group in ("linear_attn." if kind == "linear_attention" else "self_attn.", "mlp."):
-                prefix, names = f"layers.{i}.{group}", PROJECTIONS[group]
-                runs = []  # neighbouring projections of one form: [names]
-                for name in names:
-                    linear = weights.pop(prefix + name + ".weight")
-                    if runs and form(runs[-1][-1][1]) == form(linear):
-                        runs[-1].append((name, linear))
-                    else:
-                        runs.append([(name, linear)])
-                self.projections[prefix] = []
-                for run in runs:
-                    stacked = backend.upload(stacked_rows([linear for _, linear in run]))
-                    widths = [linear.out_features for _, linear in run]
-                    self.projections[prefix].append((stacked, widths))
-                    start = 0
-                    for (name, _), width in zip(run, widths):
-                        uploaded[prefix + name + ".weight"] = rows_of(stacked, start, start + width)
-                        start += width
-        uploaded.update({name: backend.upload(w) for name, w in weights.items()})
-        self.weights = uploaded
+                self._stack(f"layers.{i}.{group}", PROJECTIONS[group], weights)
+        self.weights.update({name: backend.upload(w) for name, w in weights.items()})
         self.lm_head = self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])
+
+    def _stack(self, prefix: str, names: tuple, weights: dict) -> None:
+        """Upload the projections `names` of `prefix` (taken out of `weights`) as stacks of neighbours of one form;
+        record each stack in `projections` and each projection's rows of it in `self.weights`."""
+        runs = []  # neighbouring projections of one form: [(name, Linear), ...] each
+        for name in names:
+            linear = weights.pop(prefix + name + ".weight")
+            if runs and form(runs[-1][-1][1]) == form(linear):
+                runs[-1].append((name, linear))
+            else:
+                runs.append([(name, linear)])
+        self.projections[prefix] = []
+        for run in runs:
+            stacked = self.ops.upload(stacked_rows([linear for _, linear in run]))
+            widths = [linear.out_features for _, linear in run]
+            self.projections[prefix].append((stacked, widths))
+            for (name, _), start, width in zip(run, np.cumsum([0] + widths), widths):
+                self.weights[prefix + name + ".weight"] = rows_of(stacked, int(start), int(start) + width)
 
     def project(self, x, prefix: str) -> list:
         """The outputs of the projections of group `prefix` (e.g. "layers.3.mlp.") for the rows x, in the order of
         PROJECTIONS: one GEMV per stacked weight, which writes each projection's output as its own array."""
         outputs = []
         for weight, widths in self.projections[prefix]:
-            outputs.extend(self.ops.linear_parts(x, weight, widths) if len(widths) > 1 else [self.ops.linear(x, weight)])
+            if len(widths) > 1:
+                outputs.extend(self.ops.linear_parts(x, weight, widths))
+            else:
+                outputs.append(self.ops.linear(x, weight))
         return outputs
 
     def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()) -> StreamState:
