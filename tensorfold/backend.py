@@ -65,7 +65,6 @@ class NumpyBackend:
     rmsnorm = staticmethod(norm.rmsnorm)
     add_rmsnorm = staticmethod(norm.add_rmsnorm)
     rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
-    l2norm = staticmethod(norm.l2norm)
     split_qkv = staticmethod(norm.split_qkv)
     deltanet_gates = staticmethod(deltanet.deltanet_gates)
     deltanet_apply = staticmethod(deltanet.deltanet_apply)
@@ -211,13 +210,7 @@ class CudaBackend:
         dst.copy_to_device(np.ascontiguousarray(array), stream=self.stream)
 
     def linear(self, x, weight):
-        s = self.stream
-        if weight.kind == "f32":
-            return gemv.launch_gemv(gemv.gemv_f32_kernel, x, weight.out_features, weight.data, stream=s)
-        if weight.kind == "bf16":
-            return gemv.launch_gemv(gemv.gemv_bf16_kernel, x, weight.out_features, weight.data, stream=s)
-        return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
-                                weight.biases, weight.bits, weight.group_size, stream=s)
+        return self.linear_parts(x, weight, [weight.out_features])[0]
 
     def linear_parts(self, x, weight, widths):
         """NumpyBackend.linear_parts on the device: one GEMV that writes each part whole (gemv.launch_gemv's
@@ -243,9 +236,6 @@ class CudaBackend:
 
     def rmsnorm_gated(self, x, z, multiplier, eps):
         return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream)
-
-    def l2norm(self, x, eps, scale=1.0):
-        return norm.l2norm_launch(x, eps, scale, stream=self.stream)
 
     def split_qkv(self, conv, heads, dk, eps, q_scale):
         return norm.split_qkv_launch(conv, heads, dk, eps, q_scale, stream=self.stream)

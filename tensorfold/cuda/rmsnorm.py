@@ -1,6 +1,7 @@
 """RMSNorm in its uses: `y = x / sqrt(mean(x^2) + eps) * weight`, the same after the residual add (`add_rmsnorm`:
 h + delta and its norm in one launch), the gated norm that multiplies by SiLU(z), and the L2 norm of DeltaNet's
-queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean).
+queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean), which only `split_qkv` applies on the device, as it
+takes q, k and v out of the conv output.
 
 Mapping (the kernels): one block of THREADS threads per vector (a row, or one head of a row). Thread t sums the
 squares of elements t, t + THREADS, ... with fma32; the block adds the partial sums in a fixed tree; then every
@@ -164,18 +165,6 @@ def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
 
 
 @kernel
-def l2norm_kernel(x, eps, scale, y):
-    n, t = cuda.blockIdx.x, cuda.threadIdx.x
-    inv = block_inverse_rms(x, n, t, eps, False)
-    batch = cuda.local.array(LOADS, np.float32)
-    for first in range(t, x.shape[1], THREADS * LOADS):
-        load_batch(x, n, first, batch)
-        for u in range(LOADS):
-            if first + u * THREADS < x.shape[1]:
-                y[n, first + u * THREADS] = batch[u] * inv * np.float32(scale)
-
-
-@kernel
 def split_qkv_kernel(conv, heads, eps, q_scale, q, k, v):
     """Block (row r, slot): slots 0 .. heads - 1 normalise row r's query heads, the next `heads` its key heads,
     the last copies its v. q and k come as [rows * heads, dk]."""
@@ -227,10 +216,6 @@ def add_rmsnorm_launch(h, delta, multiplier, eps, stream=0):
 
 def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0):
     return launch_norm(rmsnorm_gated_kernel, x, as_vectors(z), as_vectors(multiplier), eps, stream=stream)
-
-
-def l2norm_launch(x, eps, scale=1.0, stream=0):
-    return launch_norm(l2norm_kernel, x, eps, scale, stream=stream)
 
 
 def split_qkv_launch(conv, heads, dk, eps, q_scale, stream=0):
@@ -297,7 +282,4 @@ CONTRACT = [
                     cuda.to_device(conv), heads, dk, eps, q_scale)), _split_cases,
                 {"two swapped rows": swap_rows("conv"), "eps off by a factor of ten": _EPS_TIMES_TEN,
                  "q and k heads swapped": _heads_swapped}),
-    KernelCheck("l2norm", lambda x, z, multiplier, eps: l2norm(x, eps, 0.125),
-                lambda x, z, multiplier, eps: to_host(l2norm_launch(cuda.to_device(x), eps, 0.125)),
-                _cases, _CONTROLS),
 ]

@@ -364,13 +364,7 @@ class Qwen35:
     def project(self, x, prefix: str) -> list:
         """The outputs of the projections of group `prefix` (e.g. "layers.3.mlp.") for the rows x, in the order of
         PROJECTIONS: one GEMV per stacked weight, which writes each projection's output as its own array."""
-        outputs = []
-        for weight, widths in self.projections[prefix]:
-            if len(widths) > 1:
-                outputs.extend(self.ops.linear_parts(x, weight, widths))
-            else:
-                outputs.append(self.ops.linear(x, weight))
-        return outputs
+        return [y for weight, widths in self.projections[prefix] for y in self.ops.linear_parts(x, weight, widths)]
 
     def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()) -> StreamState:
         return StreamState(self.config, self.ops, max_rows, policy)
@@ -440,9 +434,9 @@ class Qwen35:
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
         dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
         rows = x.shape[0]
-        mixed, z, b, a = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
+        mixed, z, b_proj, a_proj = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
         z = z.reshape(rows, nv, dv)
-        decay, beta = ops.deltanet_gates(b, a, w[p + "A_log"], w[p + "dt_bias"])
+        decay, beta = ops.deltanet_gates(b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"])
         conv, tails = ops.empty((rows, c.conv_dim)), []
         with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):
