@@ -12,14 +12,18 @@ runs alone or beside a long prompt, and a tree row's are those of the one-row st
 
 Per (row, query head, chunk) the partial computes
 
-    s[key] = (q . k[key]) * scale          with the dot walked over head dims in order (fma32)
+    s[key] = (q . k[key]) * scale          with the dot walked over head dims in order (fma_rn)
     m      = max s                         (exact in any order)
     p[key] = exp(s[key] - m)
     l      = sum p                          (a fixed tree over the chunk's slots; empty slots add 0)
-    o[d]   = sum_key p[key] * v[key, d]    (keys walked in order, fma32)
+    o[d]   = sum_key p[key] * v[key, d]    (keys walked in order, fma_rn)
 
 and the merge combines a row's chunks in order: M = max m_c, w_c = exp(m_c - M), L = sum l_c w_c,
 O = sum o_c w_c, out = O / L.
+
+Every multiply-add is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
+exactly, fmath.py): the dots are chains of dependent multiply-adds, and `fma32`'s float64 round trip made each
+step of the chain several times longer.
 
 Query head h reads KV head `h // (Hq / Hkv)` (grouped-query attention).
 
@@ -50,7 +54,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from . import paths
 from .common import BLOCK, blocks_for, swap_rows, to_host
-from .fmath import exp32, exp32_twin, fma32, tree_sum
+from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, tree_sum
 from .launch import kernel
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
@@ -90,7 +94,7 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
         chunk_keys = keys[rows_read]  # [rows, slots, Hkv, hd]
         scores = np.zeros((rows, heads, len(logical)), np.float32)
         for d in range(head_dim):  # each slot's thread walks the head dims in order
-            scores = fma32.py_func(q[:, :, None, d], chunk_keys[:, :, kv_head, d].transpose(0, 2, 1), scores)
+            scores = fma_rn_twin(q[:, :, None, d], chunk_keys[:, :, kv_head, d].transpose(0, 2, 1), scores)
         scores = scores * np.float32(scale)
         scores = np.where(live[:, None, :], scores, -np.inf).astype(np.float32)
         chunk_max = scores.max(axis=2)
@@ -103,7 +107,7 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
         l[:, :, c] = tree_sum(tree)
         acc = np.zeros((rows, heads, head_dim), np.float32)
         for s in range(len(logical)):  # each dim's thread walks the chunk's keys in order
-            acc = fma32.py_func(p[:, :, s, None], values[rows_read[:, s]][:, kv_head], acc)
+            acc = fma_rn_twin(p[:, :, s, None], values[rows_read[:, s]][:, kv_head], acc)
         o[:, :, c] = acc
     return m, l, o
 
@@ -116,8 +120,8 @@ def attention_merge(m, l, o):
     for c in range(m.shape[2]):
         reached = np.isfinite(m[:, :, c])
         weight = np.where(reached, exp32_twin(np.where(reached, m[:, :, c] - top, 0)), 0).astype(np.float32)
-        total = fma32.py_func(l[:, :, c], weight, total)
-        acc = fma32.py_func(o[:, :, c], weight[:, :, None], acc)
+        total = fma_rn_twin(l[:, :, c], weight, total)
+        acc = fma_rn_twin(o[:, :, c], weight[:, :, None], acc)
     return acc / total[:, :, None]
 
 
@@ -177,7 +181,7 @@ def attention_partial_kernel(q, keys, values, n_keys, committed, path_slots, sca
                 queries[u], batch[u] = q[r, h, min(first + u, dims - 1)], keys[row, kv, min(first + u, dims - 1)]
             for u in range(LOADS):
                 if first + u < dims:
-                    acc = fma32(queries[u], batch[u], acc)
+                    acc = fma_rn(queries[u], batch[u], acc)
         score = acc * np.float32(scale)
     scores[t] = score
     top[t] = score
@@ -212,7 +216,7 @@ def attention_partial_kernel(q, keys, values, n_keys, committed, path_slots, sca
                 batch[u] = values[cache_row(start + min(first + u, live - 1), r, committed, path_slots), kv, d]
             for u in range(LOADS):
                 if first + u < live:
-                    acc = fma32(scores[first + u], batch[u], acc)
+                    acc = fma_rn(scores[first + u], batch[u], acc)
         o[r, h, c, d] = acc
 
 
@@ -231,8 +235,8 @@ def attention_merge_kernel(m, l, o, out):
         for c in range(chunks):
             if math.isfinite(m[r, h, c]):  # a chunk the row does not reach adds nothing
                 weight = exp32(m[r, h, c] - top)
-                total = fma32(l[r, h, c], weight, total)
-                acc = fma32(o[r, h, c, d], weight, acc)
+                total = fma_rn(l[r, h, c], weight, total)
+                acc = fma_rn(o[r, h, c, d], weight, acc)
         out[r, h, d] = acc / total
 
 

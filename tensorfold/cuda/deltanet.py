@@ -10,6 +10,10 @@ L2-normalised), its value v [dv], decay `a = exp(g)` and write strength `beta`:
     S     = S + outer(k, d)              write
     o[j]  = sum_i S[i, j] * q[i]         output, from the updated state
 
+Every multiply-add above is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
+exactly, fmath.py): both sums are chains of dk dependent multiply-adds, which `fma32`'s float64 round trip made
+twice as slow (a one-row scan of 2B's heads: 19 to 10 us on an H200).
+
 The scan logs each row's (decay, delta, key). Replaying the log with `deltanet_apply` (decay, then write) rebuilds
 the scan's states bit for bit, which is how a stream keeps the rows of a window it accepted.
 
@@ -34,7 +38,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from . import paths
 from .common import BLOCK, blocks_for, to_host
-from .fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
+from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
 from .launch import kernel
 
 
@@ -48,14 +52,14 @@ def _column_sum(state, vec):
     """m[h, j] = sum_i state[h, i, j] * vec[h, i], with i walked in order (one thread per (h, j))."""
     acc = np.zeros((state.shape[0], state.shape[2]), np.float32)
     for i in range(state.shape[1]):
-        acc = fma32.py_func(state[:, i, :], vec[:, i, None], acc)
+        acc = fma_rn_twin(state[:, i, :], vec[:, i, None], acc)
     return acc
 
 
 def _decay_and_write(state, decay, key, delta):
     """S = decay * S, then S = S + outer(key, delta): the two state updates of one row."""
     state = state * decay[:, None, None]
-    return fma32.py_func(key[:, :, None], delta[:, None, :], state)
+    return fma_rn_twin(key[:, :, None], delta[:, None, :], state)
 
 
 def deltanet_scan(state, q, k, v, decay, beta, depths=None, path_slots=None):
@@ -87,7 +91,7 @@ def deltanet_scan(state, q, k, v, decay, beta, depths=None, path_slots=None):
         decayed = state * decay[r][:, None, None]
         read = _column_sum(decayed, k[r])
         deltas[r] = (v[r] - read) * beta[r][:, None]
-        state = fma32.py_func(k[r][:, :, None], deltas[r][:, None, :], decayed)
+        state = fma_rn_twin(k[r][:, :, None], deltas[r][:, None, :], decayed)
         out[r] = _column_sum(state, q[r])
     return out, state, (np.array(decay, np.float32), deltas, k)
 
@@ -172,7 +176,7 @@ def scan_kernel(dk):
                 for d in range(depth):  # its path's logged rows, root first: decay, then write
                     ancestor = path_slots[r, d]
                     for n in range(dk):
-                        col[n] = fma32(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
+                        col[n] = fma_rn(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
             cuda.syncthreads()  # every thread is done with the last row's key and query
             for n in range(t, dk, COLUMNS):
                 keys[n], queries[n] = k[r, g, n], q[r, g, n]
@@ -183,14 +187,14 @@ def scan_kernel(dk):
                 for n in range(first, first + LOADS):  # LOADS at a time (a fixed count: the loads go first)
                     if n < dk:
                         col[n] = col[n] * a
-                        read = fma32(col[n], keys[n], read)
+                        read = fma_rn(col[n], keys[n], read)
             delta = (v[r, h, j] - read) * beta[r, h]
             o = np.float32(0)
             for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
                 for n in range(first, first + LOADS):
                     if n < dk:
-                        col[n] = fma32(keys[n], delta, col[n])
-                        o = fma32(col[n], queries[n], o)
+                        col[n] = fma_rn(keys[n], delta, col[n])
+                        o = fma_rn(col[n], queries[n], o)
             if live:
                 out[r, h, j] = o
                 log_delta[r, h, j] = delta
@@ -249,7 +253,7 @@ def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state)
             a = log_decay[r, h]
             delta = log_delta[r, h, j]
             for n in range(dk):  # decay, then write
-                col[n] = fma32(log_key[r, h, n], delta, col[n] * a)
+                col[n] = fma_rn(log_key[r, h, n], delta, col[n] * a)
         for n in range(dk):
             new_state[h, n, j] = col[n]
 
