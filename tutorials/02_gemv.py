@@ -46,14 +46,15 @@ def check(ok, message):
 # The exact multiply-add
 # ----------------------
 # The GPU compiler fuses ``acc + w * x`` into one FMA (one rounding); NumPy rounds twice. So every multiply-add is
-# written out. Most kernels use ``fma32``: it computes in float64, where the product of two float32 values is exact,
-# and rounds to float32, the same bits everywhere.
+# written out. The short sums (the norms, the conv) use ``fma32``: it computes in float64, where the product of two
+# float32 values is exact, and rounds to float32, the same bits everywhere.
 print(inspect.getsource(fma32.py_func))
 w, x, acc = np.float32(1.1), np.float32(3.3), np.float32(-3.63)
 print(f"two roundings: {w * x + acc!r}, through float64: {fma32.py_func(w, x, acc)!r}")
 # The GEMV makes far more multiply-adds than anything else (every weight, for every row), and the float64
 # conversions would cap it: it uses ``fma_rn``, the GPU's own fma.rn.f32, whose single rounding the twin reproduces
-# by rounding the float64 sum to odd wherever it sits exactly halfway between two float32 values.
+# by rounding the float64 sum to odd wherever it sits exactly halfway between two float32 values. (So do the
+# DeltaNet scan and attention, whose sums are long chains of dependent multiply-adds.)
 print(inspect.getsource(add_rounded_once.py_func))
 halfway, tiny = np.float32(1 + 2 ** -12), np.float32(2 ** -80)  # halfway * halfway = 1 + 2^-11 + 2^-24: a tie
 exact = Fraction(float(halfway)) ** 2 + Fraction(float(tiny))  # just above the tie: rounds up
@@ -69,14 +70,14 @@ check(fma_rn_twin(halfway, halfway, tiny) == up and fma32.py_func(halfway, halfw
 # pass of the loop over `e` is one step of every thread's walk, vectorised over (thread, row, output); `walk_order`
 # lays the columns out so that a step's are neighbours, and `tree_sum` is the warp's halving tree. The kernel
 # (`gemv_kernel` builds one per weight format and tile of rows) runs the same walk for the two outputs of its warp
-# and the rows of its block's tile: it loads a chunk's weights (the format's `*_chunk` function dequantizes them),
-# then for each pair of columns the tile's x values, then makes the multiply-adds, each output's in the walk's
-# order. Read them side by side:
+# and the rows of its block's tile: it holds a chunk as stored (the format's `hold`, from `*_format`), then for each
+# pair of columns loads the tile's x values, and for each column dequantizes the weight (`weight`) and makes the
+# multiply-adds, each output's in the walk's order. Read them side by side:
 print(inspect.getsource(gemv.walk_order))
 print(inspect.getsource(gemv.gemv))
 print(inspect.getsource(tree_sum))
 print(inspect.getsource(gemv.gemv_kernel))
-print(inspect.getsource(gemv.affine_chunk))
+print(inspect.getsource(gemv.affine_format))
 print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_order(64)[:8].tolist()}[t]")
 # The tile kernel reads x in *pair walk order*: a thread's columns e and e + 1 side by side, and the threads' pairs
 # side by side, so that one 8-byte load brings a thread two columns and the 32 threads of a warp read 256

@@ -130,7 +130,7 @@ check(np.allclose(out, o, rtol=1e-4, atol=1e-5) and np.allclose(final, s, rtol=1
 # row into S. Saving S after every row would cost dk x dv floats per head per row. The scan instead logs, per row
 # and head, the decay, the delta column d and the key: dv + dk + 1 floats. Replaying the accepted rows of the log
 # into the state from before the window is all that is needed, because the delta already holds what the read
-# found: the apply only decays and writes, S = fma32(k, d, a * S), exactly the scan's two state updates.
+# found: the apply only decays and writes, S = fma_rn(k, d, a * S), exactly the scan's two state updates.
 print(inspect.getsource(deltanet.deltanet_apply))
 print(inspect.getsource(deltanet.deltanet_apply_kernel.py_func))
 

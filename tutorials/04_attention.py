@@ -70,10 +70,10 @@ check(np.array_equal(twin[0], x[0]) and np.array_equal(twin[:, :, rotary_dim:], 
 # For a query row with n keys, split the keys into chunks [0, 128), [128, 256), ... The partial kernel runs one
 # block per (row, query head, chunk), CHUNK = 128 threads:
 #
-# * thread t owns key slot t of the chunk: it walks the head dims in order with fma32 for the score q . k, then
+# * thread t owns key slot t of the chunk: it walks the head dims in order with fma_rn for the score q . k, then
 #   the block takes the chunk's max m in a halving tree (empty slots hold -inf) and, with p = exp(score - m), the
 #   sum l in a second halving tree (empty slots hold 0), in the order of `fmath.tree_sum`;
-# * then thread t owns head dims t, t + 128, ...: it walks the chunk's keys in order, o += p * v with fma32.
+# * then thread t owns head dims t, t + 128, ...: it walks the chunk's keys in order, o += p * v with fma_rn.
 #
 # The merge kernel runs one thread per (row, head, dim): M = max of the chunks' m, then for each chunk in order
 # w = exp(m - M), L += l * w, O += o * w, and out = O / L. Query head h reads KV head h // (Hq / Hkv).

@@ -33,7 +33,7 @@ A load is one element (a word of codes, a bf16, a float32) or, for x, one uint64
 alignment a vector load needs. The tree goes through shared memory with syncthreads: numba's CUDA simulator has
 no warp shuffles and no syncwarp.
 
-Weights are dequantized inside the loop, chunk by chunk, and never materialised:
+Weights are dequantized inside the loop, each where it is multiplied, and never materialised:
 
 * bf16: the 16 stored bits are the top half of the float32 (`bits << 16`), exact.
 * affine (MLX): column `k` of output `o` is `fma_rn(scales[o, g], q, biases[o, g])` with `g = k // group_size` and
@@ -139,9 +139,10 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   stays in L1. A float weight's one-row call takes the tile kernel with a tile of one row.
 # * Several rows (`gemv_kernel`, tiles of 4 or 8 rows; blockIdx.y runs over the tiles): each dequantized weight
 #   feeds every row of the tile, so the multiply-adds and the loads of x decide the speed. A warp computes OUTPUTS
-#   = 2 outputs and takes one chunk a step: the format's loader dequantizes the chunk's CHUNK weights of both
-#   outputs into registers, then for each pair of columns the kernel loads the tile's x values and makes the
-#   multiply-adds. x is laid out in *pair walk order* (`walk_x`, one small launch per GEMV): a thread's columns
+#   = 2 outputs and takes one chunk a step: it holds the chunk of both outputs as stored (the format's `hold`),
+#   then for each pair of columns loads the tile's x values, and for each column dequantizes the two weights
+#   (`weight`) and makes the multiply-adds. (Dequantizing the whole chunk into CHUNK floats an output first took
+#   6 to 14 % longer at 16 rows: more registers live across the loads of x.) x is laid out in *pair walk order* (`walk_x`, one small launch per GEMV): a thread's columns
 #   e and e + 1 are neighbours, and neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as
 #   uint64) brings two columns, and a warp's 32 loads are one coalesced 256-byte line. Half the load instructions
 #   of one float at a time: at 16 rows the kernel took 38 to 55 % less time (docs/receipts/
@@ -153,7 +154,7 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #
 # The accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled loops,
 # which the compiler keeps in registers (a size only known at run time puts them in local memory; so does an array
-# too large to unroll over: tiles of 4 outputs spilled their weights, and were slower).
+# too large to unroll over: tiles of 4 outputs spilled, and were slower).
 #
 # The arithmetic is a few multiply-adds per load, so the integer work around it decides the speed (a first version
 # spent about 20 instructions per multiply-add, most of them index arithmetic, and took twice as long):
@@ -214,49 +215,62 @@ def bf16_bits_to_f32(bits):
     return f32_from_bits(np.uint32(bits) << 16)
 
 
-# The loaders of the tile kernel: `load(data, width, scales, biases, groups, o, chunk, columns, weights, at,
-# careful)` puts the CHUNK weights of (output o, chunk) into weights[at:], as float32. `data` is the flat weight
-# (`width` entries a row), `scales` and `biases` flat [out * groups] (the float formats ignore them). `careful`: the
-# chunk may reach past the last column, whose weight is then reloaded (nothing adds it). Each format's
-# `*_chunk(bits, group_size)` builds its loader with its constants.
+# The weight formats of the tile kernel. A format says what a warp holds of a chunk as stored (`hold`) and how
+# column e's float32 weight comes out of it (`weight`): a weight is dequantized where the kernel multiplies it, once
+# a tile, and a chunk of 4-bit codes costs one word and a scale and bias in registers, not CHUNK floats an output.
+# `*_format(bits, group_size)` builds a format's pair with its constants and returns (WORDS, FLOATS, hold, weight):
+# `hold(data, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful)` puts output o's chunk into
+# words[j * WORDS:] (uint32) and floats[j * FLOATS:] (float32); `weight(words, floats, j, e)` is column e's weight.
+# `data` is the flat weight (`width` entries a row), `scales` and `biases` flat [out * groups] (the float formats
+# ignore them). `careful`: the chunk may reach past the last column, whose weight is then reloaded (nothing adds it).
 
-def f32_chunk(bits, group_size):
-    """float32 as stored."""
+def f32_format(bits, group_size):
+    """float32 as stored: the chunk's CHUNK floats."""
     @cuda.jit(device=True)
-    def load(weight, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+    def hold(weight, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful):
         for e in range(CHUNK):
             column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
-            weights[at + e] = weight[np.uint64(o * width + column)]
-    return load
+            floats[j * CHUNK + e] = weight[np.uint64(o * width + column)]
 
-
-def bf16_chunk(bits, group_size):
-    """bf16: the stored 16 bits widened to float32, exactly."""
     @cuda.jit(device=True)
-    def load(weight_bits, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+    def weight(words, floats, j, e):
+        return floats[j * CHUNK + e]
+    return 1, CHUNK, hold, weight
+
+
+def bf16_format(bits, group_size):
+    """bf16: the chunk's CHUNK stored 16 bits, each widened to float32 where it is used, exactly."""
+    @cuda.jit(device=True)
+    def hold(weight_bits, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful):
         for e in range(CHUNK):
             column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
-            weights[at + e] = bf16_bits_to_f32(weight_bits[np.uint64(o * width + column)])
-    return load
+            words[j * CHUNK + e] = weight_bits[np.uint64(o * width + column)]
+
+    @cuda.jit(device=True)
+    def weight(words, floats, j, e):
+        return bf16_bits_to_f32(words[j * CHUNK + e])
+    return CHUNK, 1, hold, weight
 
 
-def affine_chunk(bits, group_size):
-    """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit), its group's scale and bias, and each
-    code dequantized with fma_rn(scale, code, bias) (a code is a small integer: exact as float32). A group size
-    is a multiple of CHUNK, so a chunk never reaches past the last column."""
-    words, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
+def affine_format(bits, group_size):
+    """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit) and its group's scale and bias; column e's
+    weight is fma_rn(scale, code, bias) (a code is a small integer: exact as float32). A group size is a multiple
+    of CHUNK, so a chunk has one group and never reaches past the last column."""
+    words_a_chunk, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
     chunks_per_group = group_size // CHUNK
 
     @cuda.jit(device=True)
-    def load(packed, width, scales, biases, groups, o, chunk, columns, weights, at, careful):
+    def hold(packed, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful):
         g = np.uint64(o * groups + chunk // chunks_per_group)
-        scale, bias = scales[g], biases[g]
-        for w in range(words):
-            word = packed[np.uint64(o * width + chunk * words + w)]
-            for e in range(per_word):  # element e of a word sits at bit bits * e
-                code = (word >> np.uint32(bits * e)) & mask
-                weights[at + w * per_word + e] = fma_rn(scale, np.float32(code), bias)
-    return load
+        floats[2 * j], floats[2 * j + 1] = scales[g], biases[g]
+        for w in range(words_a_chunk):
+            words[j * words_a_chunk + w] = packed[np.uint64(o * width + chunk * words_a_chunk + w)]
+
+    @cuda.jit(device=True)
+    def weight(words, floats, j, e):  # element e of a word sits at bit bits * e
+        code = (words[j * words_a_chunk + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
+        return fma_rn(floats[2 * j], np.float32(code), floats[2 * j + 1])
+    return words_a_chunk, 2, hold, weight
 
 
 PARTS = 4  # parts a GEMV's outputs can be cut into (qwen35.PROJECTIONS: at most four projections stacked)
@@ -302,10 +316,11 @@ def tree_writer(rows, outputs):
     return write_sums
 
 
-def gemv_kernel(load_chunk, rows):
-    """The tile kernel for one weight format's loader (`load_chunk`) and `rows` rows a block; x in pair walk order,
-    as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
-    accumulators, chunk_weights, pair_values = rows * OUTPUTS, OUTPUTS * CHUNK, 2 * rows
+def gemv_kernel(weight_format, rows):
+    """The tile kernel for one weight format (`weight_format`: its WORDS, FLOATS, hold, weight) and `rows` rows a
+    block; x in pair walk order, as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
+    words_held, floats_held, hold, weight = weight_format
+    accumulators, pair_values = rows * OUTPUTS, 2 * rows
     write_sums = tree_writer(rows, OUTPUTS)
 
     @kernel
@@ -315,7 +330,8 @@ def gemv_kernel(load_chunk, rows):
         base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
         live = min(rows, rows_total - first)  # the tile's rows
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
-        weights = cuda.local.array(chunk_weights, np.float32)  # weights[j * CHUNK + e]: the chunk's, dequantized
+        words = cuda.local.array(OUTPUTS * words_held, np.uint32)  # the chunk of both outputs, as stored
+        floats = cuda.local.array(OUTPUTS * floats_held, np.float32)
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
         outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
         x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts (past live: the last)
@@ -330,9 +346,8 @@ def gemv_kernel(load_chunk, rows):
             interior = columns // CHUNK  # the chunks before this one are whole
             for c in range(t, chunks, THREADS):
                 careful = c >= interior  # a chunk cut short: check its columns
-                for j in range(OUTPUTS):  # the chunk's weights of both outputs
-                    load_chunk(data, width, scales, biases, groups, outputs[j], c, columns, weights, j * CHUNK,
-                               careful)
+                for j in range(OUTPUTS):
+                    hold(data, width, scales, biases, groups, outputs[j], c, columns, words, floats, j, careful)
                 round_pairs = (c - t) * (CHUNK // 2)  # where the chunk's round starts, in pairs
                 for e in range(CHUNK):
                     if e % 2 == 0:  # columns e and e + 1 of each row, one load (zero past the last column)
@@ -341,10 +356,10 @@ def gemv_kernel(load_chunk, rows):
                             xs[2 * r] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))  # the first: low half
                             xs[2 * r + 1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
                     if not careful or c * CHUNK + e < columns:
-                        for r in range(rows):
-                            for j in range(OUTPUTS):
-                                acc[r * OUTPUTS + j] = fma_rn(weights[j * CHUNK + e], xs[2 * r + e % 2],
-                                                              acc[r * OUTPUTS + j])
+                        for j in range(OUTPUTS):
+                            w = weight(words, floats, j, e)  # dequantized here, used by every row of the tile
+                            for r in range(rows):
+                                acc[r * OUTPUTS + j] = fma_rn(w, xs[2 * r + e % 2], acc[r * OUTPUTS + j])
         partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
         write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
 
@@ -404,8 +419,8 @@ class GemvKernels:
     """One weight format's GEMV kernels, compiled on first use: a tile kernel per tile of TILES and format
     constants, and for the affine formats (`row_kernel`) a one-row kernel per format constants."""
 
-    def __init__(self, loader, row_kernel=None):
-        self.loader = loader  # (bits, group_size) -> the format's `load` device function
+    def __init__(self, weight_format, row_kernel=None):
+        self.weight_format = weight_format  # (bits, group_size) -> the format's (WORDS, FLOATS, hold, weight)
         self.row_kernel = row_kernel  # (bits, group_size) -> its one-row kernel, or None
         self.shapes = {}  # (rows a block holds, bits, group size) -> its kernel
 
@@ -415,13 +430,13 @@ class GemvKernels:
         one_row = tile == 1 and self.row_kernel is not None
         if (tile, bits, group_size) not in self.shapes:
             self.shapes[tile, bits, group_size] = (self.row_kernel(bits, group_size) if one_row else
-                                                   gemv_kernel(self.loader(bits, group_size), tile))
+                                                   gemv_kernel(self.weight_format(bits, group_size), tile))
         return tile, not one_row, self.shapes[tile, bits, group_size]
 
 
-gemv_f32_kernel = GemvKernels(f32_chunk)
-gemv_bf16_kernel = GemvKernels(bf16_chunk)
-gemv_affine_kernel = GemvKernels(affine_chunk, affine_row_kernel)
+gemv_f32_kernel = GemvKernels(f32_format)
+gemv_bf16_kernel = GemvKernels(bf16_format)
+gemv_affine_kernel = GemvKernels(affine_format, affine_row_kernel)
 
 
 def launch_walk_x(x, stream=0):
