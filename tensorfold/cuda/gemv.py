@@ -321,6 +321,7 @@ def gemv_kernel(weight_format, rows):
     block; x in pair walk order, as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
     words_held, floats_held, hold, weight = weight_format
     accumulators, pair_values = rows * OUTPUTS, 2 * rows
+    held_words, held_floats = OUTPUTS * words_held, OUTPUTS * floats_held
     write_sums = tree_writer(rows, OUTPUTS)
 
     @kernel
@@ -330,8 +331,8 @@ def gemv_kernel(weight_format, rows):
         base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
         live = min(rows, rows_total - first)  # the tile's rows
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
-        words = cuda.local.array(OUTPUTS * words_held, np.uint32)  # the chunk of both outputs, as stored
-        floats = cuda.local.array(OUTPUTS * floats_held, np.float32)
+        words = cuda.local.array(held_words, np.uint32)  # the chunk of both outputs, as stored
+        floats = cuda.local.array(held_floats, np.float32)
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
         outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
         x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts (past live: the last)
