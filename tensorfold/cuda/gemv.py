@@ -41,6 +41,8 @@ Weights are dequantized inside the loop, each where it is multiplied, and never 
   (element 0 in the lowest bits). MLX's group sizes (32, 64, 128) are multiples of CHUNK, so a chunk has one
   scale and one bias.
 """
+import collections
+
 import numpy as np
 from numba import cuda
 
@@ -218,11 +220,14 @@ def bf16_bits_to_f32(bits):
 # The weight formats of the tile kernel. A format says what a warp holds of a chunk as stored (`hold`) and how
 # column e's float32 weight comes out of it (`weight`): a weight is dequantized where the kernel multiplies it, once
 # a tile, and a chunk of 4-bit codes costs one word and a scale and bias in registers, not CHUNK floats an output.
-# `*_format(bits, group_size)` builds a format's pair with its constants and returns (WORDS, FLOATS, hold, weight):
+# `*_format(bits, group_size)` builds a format's pair with its constants and returns a `WeightFormat`:
 # `hold(data, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful)` puts output o's chunk into
 # words[j * WORDS:] (uint32) and floats[j * FLOATS:] (float32); `weight(words, floats, j, e)` is column e's weight.
 # `data` is the flat weight (`width` entries a row), `scales` and `biases` flat [out * groups] (the float formats
 # ignore them). `careful`: the chunk may reach past the last column, whose weight is then reloaded (nothing adds it).
+# `whole_chunks`: the format's column counts are multiples of CHUNK, so its kernels compile without any check.
+
+WeightFormat = collections.namedtuple("WeightFormat", "words floats hold weight whole_chunks")
 
 def f32_format(bits, group_size):
     """float32 as stored: the chunk's CHUNK floats."""
@@ -235,7 +240,7 @@ def f32_format(bits, group_size):
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
         return floats[j * CHUNK + e]
-    return 1, CHUNK, hold, weight
+    return WeightFormat(1, CHUNK, hold, weight, whole_chunks=False)
 
 
 def bf16_format(bits, group_size):
@@ -249,7 +254,7 @@ def bf16_format(bits, group_size):
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
         return bf16_bits_to_f32(words[j * CHUNK + e])
-    return CHUNK, 1, hold, weight
+    return WeightFormat(CHUNK, 1, hold, weight, whole_chunks=False)
 
 
 def affine_format(bits, group_size):
@@ -270,7 +275,7 @@ def affine_format(bits, group_size):
     def weight(words, floats, j, e):  # element e of a word sits at bit bits * e
         code = (words[j * words_a_chunk + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
         return fma_rn(floats[2 * j], np.float32(code), floats[2 * j + 1])
-    return words_a_chunk, 2, hold, weight
+    return WeightFormat(words_a_chunk, 2, hold, weight, whole_chunks=True)
 
 
 PARTS = 4  # parts a GEMV's outputs can be cut into (qwen35.PROJECTIONS: at most four projections stacked)
@@ -317,11 +322,11 @@ def tree_writer(rows, outputs):
 
 
 def gemv_kernel(weight_format, rows):
-    """The tile kernel for one weight format (`weight_format`: its WORDS, FLOATS, hold, weight) and `rows` rows a
-    block; x in pair walk order, as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
-    words_held, floats_held, hold, weight = weight_format
+    """The tile kernel for one `WeightFormat` and `rows` rows a block; x in pair walk order, as uint64. The local
+    arrays' sizes are constants of the closure, as numba needs."""
+    hold, weight, whole_chunks = weight_format.hold, weight_format.weight, weight_format.whole_chunks
     accumulators, pair_values = rows * OUTPUTS, 2 * rows
-    held_words, held_floats = OUTPUTS * words_held, OUTPUTS * floats_held
+    held_words, held_floats = OUTPUTS * weight_format.words, OUTPUTS * weight_format.floats
     write_sums = tree_writer(rows, OUTPUTS)
 
     @kernel
@@ -346,7 +351,7 @@ def gemv_kernel(weight_format, rows):
             chunks = -(-columns // CHUNK)
             interior = columns // CHUNK  # the chunks before this one are whole
             for c in range(t, chunks, THREADS):
-                careful = c >= interior  # a chunk cut short: check its columns
+                careful = not whole_chunks and c >= interior  # a chunk cut short: check its columns
                 for j in range(OUTPUTS):
                     hold(data, width, scales, biases, groups, outputs[j], c, columns, words, floats, j, careful)
                 round_pairs = (c - t) * (CHUNK // 2)  # where the chunk's round starts, in pairs
@@ -421,7 +426,7 @@ class GemvKernels:
     constants, and for the affine formats (`row_kernel`) a one-row kernel per format constants."""
 
     def __init__(self, weight_format, row_kernel=None):
-        self.weight_format = weight_format  # (bits, group_size) -> the format's (WORDS, FLOATS, hold, weight)
+        self.weight_format = weight_format  # (bits, group_size) -> the format's WeightFormat
         self.row_kernel = row_kernel  # (bits, group_size) -> its one-row kernel, or None
         self.shapes = {}  # (rows a block holds, bits, group size) -> its kernel
 
