@@ -44,10 +44,10 @@ class NumpyBackend:
     def embed(self, ids, weight):
         return weight.rows(ids)
 
-    def causal_conv(self, inputs, tail, weight, taps=None, out=None):
-        """The twin; with `out`, its rows written there."""
+    def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
+        """The twin; with `out`, its rows written there; `in_place`, the new tail written over `tail`."""
         rows, new_tail = conv.causal_conv(inputs, tail, weight, taps)
-        return written(out, rows), new_tail
+        return written(out, rows), written(tail if in_place else None, new_tail)
 
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         """The twin; with `out`, its rows written there; `in_place`, the new state written over `state`."""
@@ -252,8 +252,8 @@ class CudaBackend:
     def take_last(self, x, start, stop):
         return elementwise.take_last_launch(x, start, stop, stream=self.stream)
 
-    def causal_conv(self, inputs, tail, weight, taps=None, out=None):
-        return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, stream=self.stream)
+    def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
+        return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, in_place=in_place, stream=self.stream)
 
     def deltanet_gates(self, b, a, a_log, dt_bias):
         return deltanet.deltanet_gates_launch(b, a, a_log, dt_bias, stream=self.stream)

@@ -89,7 +89,12 @@ def test_control_stale_inputs_are_caught(graph_model, eager, monkeypatch):
 
 
 def test_control_state_left_out_of_place_is_caught(graph_model, eager, monkeypatch):
-    """Control: a recording whose DeltaNet states and conv tails are not written back in place differs."""
+    """Control: a recording whose DeltaNet states and conv tails are not written back in place differs: the scan
+    and the conv write new arrays, and no copy puts them where the next replay reads."""
+    ops = type(graph_model.net.ops)
+    for name in ("deltanet_scan", "causal_conv"):
+        op = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda self, *args, op=op, in_place=False, **kwargs: op(self, *args, **kwargs))
     monkeypatch.setattr(StreamState, "commit_in_place", lambda self: None)
     got = decode(graph_model, 2, DecodeGraphs(graph_model.net))
     assert got[0] == eager[0] and got[1] != eager[1]

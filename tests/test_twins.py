@@ -205,7 +205,7 @@ def test_deltanet_gates():
     softplus = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
     assert np.allclose(decay, np.exp(-np.exp(a_log.astype(np.float64)) * softplus), rtol=1e-6)
     assert np.allclose(beta, 1 / (1 + np.exp(-b.astype(np.float64))), rtol=1e-6)
-    assert (decay > 0).all() and (decay <= 1).all()
+    assert (decay >= 0).all() and (decay <= 1).all()  # a strong gate's decay underflows to 0 in float32
 
 
 # --- RoPE -------------------------------------------------------------------------------------------------------

@@ -11,7 +11,10 @@ to its last row (for a chain, its last K - 1 inputs).
 
 Mapping (the kernel): one thread per (row, channel); the thread walks j in order with fma32, so the sum is the
 same whatever else the round holds. K - 1 more rows of threads copy the new tail into a new array (the old tail is
-still being read while they run).
+still being read while they run). A one-row window can instead shift its tail in place (`in_place`, a recorded
+decode round, whose replays must find the next round's tail at the same address): channel c's thread is then the
+only one that reads channel c of the tail, and after its sum it moves each tail row up one, in increasing order,
+so that every value is read before it is overwritten; there are no tail threads and no copy after the round.
 """
 import numpy as np
 from numba import cuda
@@ -49,7 +52,7 @@ def history_at(inputs, tail, n, c):
 
 
 @kernel
-def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail):
+def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail, in_place):
     i = cuda.grid(1)
     channels = inputs.shape[1]
     r, c = i // channels, i % channels
@@ -59,21 +62,26 @@ def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail):
         for j in range(kernel):
             acc = fma32(weight[c, j], history_at(inputs, tail, taps[r, j], c), acc)
         out[r, c] = silu32(acc)
-    elif r < rows + kernel - 1:
+        if in_place:  # one row: tail row n takes the window's tap n + 1, read before tail row n + 1 is written
+            for n in range(kernel - 1):
+                tail[n, c] = history_at(inputs, tail, taps[0, n + 1], c)
+    elif r < rows + kernel - 1 and not in_place:
         new_tail[r - rows, c] = history_at(inputs, tail, taps[rows - 1, r - rows + 1], c)
 
 
-def causal_conv_launch(inputs, tail, weight, taps=None, out=None, stream=0):
+def causal_conv_launch(inputs, tail, weight, taps=None, out=None, in_place=False, stream=0):
     """inputs [rows, C], tail [K - 1, C], weight [C, K], taps [rows, K] int32 (None: a chain's, uploaded here) on
-    the device; returns (out, new tail), new arrays (out the given [rows, C] array, if one is)."""
+    the device; returns (out, new tail), new arrays (out the given [rows, C] array, if one is), or, `in_place` (a
+    one-row window only), the new tail written over `tail`."""
     rows, channels = inputs.shape
     kernel = weight.shape[1]
+    assert rows == 1 or not in_place, "only a one-row window shifts its tail in place"
     if taps is None:
         taps = cuda.to_device(paths.conv_taps(paths.chain(rows), kernel), stream=stream)
     out = cuda.device_array((rows, channels), np.float32, stream=stream) if out is None else out
-    new_tail = cuda.device_array((kernel - 1, channels), np.float32, stream=stream)
-    causal_conv_kernel[blocks_for((rows + kernel - 1) * channels), BLOCK, stream](inputs, tail, weight, taps, out,
-                                                                                 new_tail)
+    new_tail = tail if in_place else cuda.device_array((kernel - 1, channels), np.float32, stream=stream)
+    threads = (rows if in_place else rows + kernel - 1) * channels
+    causal_conv_kernel[blocks_for(threads), BLOCK, stream](inputs, tail, weight, taps, out, new_tail, in_place)
     return out, new_tail
 
 
@@ -129,9 +137,24 @@ def _launch(inputs, tail, weight, taps):
     return to_host(causal_conv_launch(*(cuda.to_device(a) for a in (inputs, tail, weight, taps))))
 
 
+def _one_row_cases(mode, rng):
+    """One-row windows (a decode round's), whose tail shifts in place."""
+    return [(label, inputs) for label, inputs in _cases(mode, rng) if len(inputs["inputs"]) == 1]
+
+
+def _launch_in_place(inputs, tail, weight, taps):
+    tail = cuda.to_device(tail)
+    out, new_tail = causal_conv_launch(cuda.to_device(inputs), tail, cuda.to_device(weight), cuda.to_device(taps),
+                                       in_place=True)
+    assert new_tail is tail
+    return to_host((out, tail))
+
+
 CONTRACT = [
     KernelCheck("causal_conv", causal_conv, _launch, _cases,
                 {"tail one row behind": _tail_one_row_behind, "two swapped rows": swap_rows("inputs"),
                  "taps reversed": _taps_reversed, "a sibling's input in a row's window": _sibling_input,
                  "a tree read in slot order": _read_in_slot_order}),
+    KernelCheck("causal_conv in place", causal_conv, _launch_in_place, _one_row_cases,
+                {"tail one row behind": _tail_one_row_behind, "taps reversed": _taps_reversed}),
 ]

@@ -10,8 +10,9 @@ one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a
    before recording or replaying, and rarely needed.
 2. The recording for these streams' buffers is looked up, or made: `forward_round` over `RoundInputs` that read a
    fixed [4, rows] buffer (`recorded`: the attention covers each stream's whole cache, so its grid does not
-   depend on the lengths), then each stream's `commit_in_place`, which copies the new DeltaNet state and conv
-   tail over the stored ones. The keys and values are already in place: `kv_write` puts them at the cache row
+   depend on the lengths), in which the scan and the conv write each stream's new DeltaNet state and conv tail
+   over the stored ones (`in_place`), then each stream's `commit_in_place` (which copies whatever was not
+   written in place). The keys and values are already in place: `kv_write` puts them at the cache row
    the buffer says.
 3. The round's integers are copied into the fixed buffer, the graph is replayed, and each stream's `keep(1)` then
    only counts the row (`kept_on_device`).

@@ -160,7 +160,8 @@ class StreamState:
         for i, record in self.records.items():
             if record.after is not self.recurrent[i]:  # the scan wrote it in place already, if asked to
                 self.ops.copy_into(self.recurrent[i], record.after)
-            self.ops.copy_into(self.conv_tail[i], record.new_tail)
+            if record.new_tail is not self.conv_tail[i]:  # and so did the conv
+                self.ops.copy_into(self.conv_tail[i], record.new_tail)
 
     def buffers(self) -> tuple:
         """Every device buffer of the cache: a recorded round is valid while these are the same objects."""
@@ -442,7 +443,7 @@ class Qwen35:
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):
                 with lanes.lane(n):
                     tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
-                                                 win.maps.conv_taps, out=conv[a:b])[1])
+                                                 win.maps.conv_taps, out=conv[a:b], in_place=inputs.recorded)[1])
         q, k, v = ops.split_qkv(conv, nk, dk, L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
