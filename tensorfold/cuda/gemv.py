@@ -27,7 +27,8 @@ through the SM, and the mapping is chosen for it:
   128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512;
 * registers: accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled
   loops, which the compiler keeps in registers;
-* the THREADS partial sums of an output are added once, after the walk, within its warp.
+* the THREADS partial sums of an output are added once, after the walk, within its warp; the trees of all the
+  warp's sums go up a level at a time together, one barrier a level.
 
 A load is one element (a word of codes, a bf16, a float32) or, for x, one uint64: numba cannot prove the 16-byte
 alignment a vector load needs. The tree goes through shared memory with syncthreads: numba's CUDA simulator has
@@ -297,27 +298,30 @@ def output_index(r, o, rows, out_features, end1, end2, end3):
 
 
 def tree_writer(rows, outputs):
-    """The end of both kernels: each output's THREADS partial sums (acc[r * outputs + j] of every thread of the
-    warp) added in the halving tree of `tree_sum`, and written to y (`layout`: see `output_index`) for the `live`
-    rows from `first`."""
+    """The end of both kernels: each sum's THREADS partial sums (acc[r * outputs + j] of every thread of the warp)
+    added in the halving tree of `tree_sum`, and written to y (see `output_index`) for the `live` rows from `first`.
+    The rows * outputs trees go up a level at a time together, so the block waits at one barrier a level, not one a
+    level for each sum; thread a of the warp then writes sum a. `partial` is shared [WARPS, rows * outputs,
+    THREADS]."""
+    sums = rows * outputs
+    assert sums <= THREADS, "a warp writes one sum a thread"
+
     @cuda.jit(device=True)
     def write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3):
-        for j in range(outputs):
-            for r in range(rows):
-                partial[warp, r, t] = acc[r * outputs + j]
-            width = THREADS // 2
-            while width > 0:  # shared memory and syncthreads: the simulator has no warp shuffles
-                cuda.syncthreads()
-                if t < width:
-                    for r in range(rows):
-                        partial[warp, r, t] += partial[warp, r, t + width]
-                width //= 2
+        for a in range(sums):
+            partial[warp, a, t] = acc[a]
+        width = THREADS // 2
+        while width > 0:  # shared memory and syncthreads: the simulator has no warp shuffles
             cuda.syncthreads()
-            if t == 0 and base + j < out_features:
-                for r in range(live):
-                    at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
-                    y[np.uint64(at)] = partial[warp, r, 0]
-            cuda.syncthreads()  # the next output reuses `partial`
+            if t < width:
+                for a in range(sums):
+                    partial[warp, a, t] += partial[warp, a, t + width]
+            width //= 2
+        cuda.syncthreads()
+        r, j = t // outputs, t % outputs  # thread t writes sum t: row r, output base + j
+        if t < sums and r < live and base + j < out_features:
+            at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
+            y[np.uint64(at)] = partial[warp, t, 0]
     return write_sums
 
 
@@ -366,7 +370,7 @@ def gemv_kernel(weight_format, rows):
                             w = weight(words, floats, j, e)  # dequantized here, used by every row of the tile
                             for r in range(rows):
                                 acc[r * OUTPUTS + j] = fma_rn(w, xs[2 * r + e % 2], acc[r * OUTPUTS + j])
-        partial = cuda.shared.array((WARPS, rows, THREADS), np.float32)
+        partial = cuda.shared.array((WARPS, accumulators, THREADS), np.float32)
         write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
 
     return gemv_tile_kernel
@@ -415,7 +419,7 @@ def affine_row_kernel(bits, group_size):
                                 n = j * ROW_STEP + i
                                 code = (held[n * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
                                 acc[j] = fma_rn(fma_rn(scale[n], np.float32(code), bias[n]), value, acc[j])
-        partial = cuda.shared.array((WARPS, 1, THREADS), np.float32)
+        partial = cuda.shared.array((WARPS, ROW_OUTPUTS, THREADS), np.float32)
         write_sums(acc, partial, warp, t, base, 0, 1, y, rows_total, out_features, end1, end2, end3)
 
     return gemv_row_kernel
