@@ -301,10 +301,10 @@ def tree_writer(rows, outputs):
     """The end of both kernels: each sum's THREADS partial sums (acc[r * outputs + j] of every thread of the warp)
     added in the halving tree of `tree_sum`, and written to y (see `output_index`) for the `live` rows from `first`.
     The rows * outputs trees go up a level at a time together, so the block waits at one barrier a level, not one a
-    level for each sum; thread a of the warp then writes sum a. `partial` is shared [WARPS, rows * outputs,
-    THREADS]."""
+    level for each sum, and the level's additions (sums x width of them) are shared out over the warp's threads;
+    thread t of the warp then writes sums t, t + THREADS, ... Every addition is the one `tree_sum` makes, whichever
+    thread makes it. `partial` is shared [WARPS, rows * outputs, THREADS]."""
     sums = rows * outputs
-    assert sums <= THREADS, "a warp writes one sum a thread"
 
     @cuda.jit(device=True)
     def write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3):
@@ -313,15 +313,16 @@ def tree_writer(rows, outputs):
         width = THREADS // 2
         while width > 0:  # shared memory and syncthreads: the simulator has no warp shuffles
             cuda.syncthreads()
-            if t < width:
-                for a in range(sums):
-                    partial[warp, a, t] += partial[warp, a, t + width]
+            for item in range(t, sums * width, THREADS):  # item: slot s of sum a, which adds slot s + width
+                a, s = item // width, item % width
+                partial[warp, a, s] += partial[warp, a, s + width]
             width //= 2
         cuda.syncthreads()
-        r, j = t // outputs, t % outputs  # thread t writes sum t: row r, output base + j
-        if t < sums and r < live and base + j < out_features:
-            at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
-            y[np.uint64(at)] = partial[warp, t, 0]
+        for a in range(t, sums, THREADS):  # sum a: row r, output base + j
+            r, j = a // outputs, a % outputs
+            if r < live and base + j < out_features:
+                at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
+                y[np.uint64(at)] = partial[warp, a, 0]
     return write_sums
 
 
