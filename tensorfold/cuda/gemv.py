@@ -302,9 +302,18 @@ def tree_writer(rows, outputs):
     added in the halving tree of `tree_sum`, and written to y (see `output_index`) for the `live` rows from `first`.
     The rows * outputs trees go up a level at a time together, so the block waits at one barrier a level, not one a
     level for each sum (a tile of 8 rows and 2 outputs waited at 14 barriers, now at 6: at 16 rows the kernel took
-    10 to 19 % less time); thread t of the warp then writes sums t, t + THREADS, ... `partial` is shared [WARPS,
-    rows * outputs, THREADS]."""
+    10 to 19 % less time); thread t of the warp then writes sum t. (A loop over sums t, t + THREADS, ... took 11 to
+    17 % longer at 16 rows than this one write, which the GPU's warps of 32 always need.) `partial` is shared
+    [WARPS, rows * outputs, THREADS]."""
     sums = rows * outputs
+    assert sums <= 2 * THREADS, "a thread writes at most two sums"
+
+    @cuda.jit(device=True)
+    def write_sum(partial, warp, a, base, first, live, y, rows_total, out_features, end1, end2, end3):
+        r, j = a // outputs, a % outputs  # sum a: row r, output base + j
+        if a < sums and r < live and base + j < out_features:
+            at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
+            y[np.uint64(at)] = partial[warp, a, 0]
 
     @cuda.jit(device=True)
     def write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3):
@@ -318,11 +327,9 @@ def tree_writer(rows, outputs):
                     partial[warp, a, t] += partial[warp, a, t + width]
             width //= 2
         cuda.syncthreads()
-        for a in range(t, sums, THREADS):  # sum a: row r, output base + j
-            r, j = a // outputs, a % outputs
-            if r < live and base + j < out_features:
-                at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
-                y[np.uint64(at)] = partial[warp, a, 0]
+        write_sum(partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
+        if sums > THREADS:  # a warp of fewer threads than sums (the simulator's 8): a second sum a thread
+            write_sum(partial, warp, t + THREADS, base, first, live, y, rows_total, out_features, end1, end2, end3)
     return write_sums
 
 
