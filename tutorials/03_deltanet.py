@@ -164,7 +164,9 @@ for label, bad in (("a dropped row", dropped), ("two swapped rows", swapped)):
 # Before the scan, q, k and v come out of a depthwise causal conv with K = 4 taps and SiLU. Row r of a window
 # reads rows r - 3 .. r, so the first rows reach back into the stream's tail: its last K - 1 raw inputs. The
 # kernel is one thread per (row, channel) walking the taps in order with fma32; K - 1 more rows of threads copy
-# the new tail, the last K - 1 rows of [tail; inputs]. A window split in two gives the same bits as one window.
+# the new tail, the last K - 1 rows of [tail; inputs] (a one-row window in a recorded decode round shifts its tail
+# in place instead: its thread for a channel is the only one that reads it). A window split in two gives the same
+# bits as one window.
 print(inspect.getsource(conv.causal_conv))
 print(inspect.getsource(conv.causal_conv_kernel.py_func))
 
