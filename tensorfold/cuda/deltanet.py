@@ -12,7 +12,7 @@ L2-normalised), its value v [dv], decay `a = exp(g)` and write strength `beta`:
 
 Every multiply-add above is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
 exactly, fmath.py): both sums are chains of dk dependent multiply-adds, which `fma32`'s float64 round trip made
-twice as slow (a one-row scan of 2B's heads: 19 to 10 us on an H200).
+twice as slow (a one-row scan of 2B's heads: 21.5 to 10.5 us on an H200).
 
 The scan logs each row's (decay, delta, key). Replaying the log with `deltanet_apply` (decay, then write) rebuilds
 the scan's states bit for bit, which is how a stream keeps the rows of a window it accepted.

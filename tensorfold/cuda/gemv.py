@@ -145,11 +145,11 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   = 2 outputs and takes one chunk a step: it holds the chunk of both outputs as stored (the format's `hold`),
 #   then for each pair of columns loads the tile's x values, and for each column dequantizes the two weights
 #   (`weight`) and makes the multiply-adds. (Dequantizing the whole chunk into CHUNK floats an output first took
-#   6 to 14 % longer at 16 rows: more registers live across the loads of x.) x is laid out in *pair walk order* (`walk_x`, one small launch per GEMV): a thread's columns
-#   e and e + 1 are neighbours, and neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as
-#   uint64) brings two columns, and a warp's 32 loads are one coalesced 256-byte line. Half the load instructions
-#   of one float at a time: at 16 rows the kernel took 38 to 55 % less time (docs/receipts/
-#   2026-11-30-h200-stacked.md, section 1).
+#   6 to 14 % longer at 16 rows: docs/receipts/2026-11-30-h200-chains.md, section 2.) x is laid out in *pair
+#   walk order* (`walk_x`, one small launch per GEMV): a thread's columns e and e + 1 are neighbours, and
+#   neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as uint64) brings two columns, and a
+#   warp's 32 loads are one coalesced 256-byte line. Half the load instructions of one float at a time: at 16 rows
+#   the kernel took 38 to 55 % less time (docs/receipts/2026-11-30-h200-stacked.md, section 1).
 #
 # Both kernels end in `tree_writer`'s sums, written where `output_index` says: y [rows, out_features], or, for a
 # GEMV over stacked projections (qwen35.PROJECTIONS), each projection's outputs as a whole [rows, width] array of
@@ -229,6 +229,7 @@ def bf16_bits_to_f32(bits):
 # `whole_chunks`: the format's column counts are multiples of CHUNK, so its kernels compile without any check.
 
 WeightFormat = collections.namedtuple("WeightFormat", "words floats hold weight whole_chunks")
+
 
 def f32_format(bits, group_size):
     """float32 as stored: the chunk's CHUNK floats."""
