@@ -10,6 +10,7 @@ Both offer the same methods with the same arguments; the arrays a backend return
 """
 import dataclasses
 import os
+import weakref
 
 import numpy as np
 
@@ -32,14 +33,41 @@ class NumpyBackend:
     """The NumPy twins, one method per kernel family."""
 
     name = "numpy"
+    WALKED_BUDGET = 256 << 20  # bytes of weights kept in the GEMV twin's walk order (float64), per backend
+
+    def __init__(self):
+        self.walked_weights = {}  # id(Linear) -> (a weak reference to it, its walked weight)
+        self.walked_bytes = 0
 
     def linear(self, x, weight):
         """x [rows, in] @ weight.T for a `Linear` in any of its forms."""
+        walked = self.walked(weight)
+        if walked is not None:  # the same twin on the same values, without dequantizing and reordering them again
+            return gemv.gemv(x, weight.rows, weight.out_features, walked)
         if weight.kind == "f32":
             return gemv.gemv_f32(x, weight.data)
         if weight.kind == "bf16":
             return gemv.gemv_bf16(x, weight.data)
         return gemv.gemv_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
+
+    def walked(self, weight):
+        """The weight in the GEMV twin's walk order (`gemv.walked_weight`), made on first use and kept while the
+        weight lives, as long as the kept weights fit WALKED_BUDGET; None past it. A weight's values must not
+        change after its first use here (a loaded checkpoint's never do)."""
+        kept = self.walked_weights.get(id(weight))
+        if kept is not None and kept[0]() is weight:
+            return kept[1]
+        nbytes = 8 * weight.out_features * weight.in_features
+        if self.walked_bytes + nbytes > self.WALKED_BUDGET:
+            return None
+        walked = gemv.walked_weight(weight.rows, weight.out_features, weight.in_features)
+
+        def forget(_, key=id(weight)):  # the weight is gone: so is its walked copy
+            if self.walked_weights.pop(key, None) is not None:
+                self.walked_bytes -= nbytes
+        self.walked_weights[id(weight)] = (weakref.ref(weight, forget), walked)
+        self.walked_bytes += nbytes
+        return walked
 
     def embed(self, ids, weight):
         return weight.rows(ids)

@@ -99,6 +99,37 @@ def test_affine_gemv_equals_dense_gemv_of_dequantized_rows(bits):
     assert not np.array_equal(wrong_group, dense)  # control: a wrong group index changes the weights
 
 
+
+def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
+    """The NumPy backend's GEMV on a weight it keeps in walk order gives the twin's bytes, for every form and a row
+    count past one tile of the twin; past its budget it keeps nothing, and a weight's copy goes with the weight.
+    Control: a copy walked in the wrong order gives other bytes."""
+    import gc
+    from tensorfold.backend import NumpyBackend
+    from tensorfold.model.checkpoint import Linear
+    from tensorfold.model.writer import quantize_affine
+    w = normal(40, 320)
+    packed, scale_bits, bias_bits = quantize_affine(w, 4, 64)
+    forms = [Linear("f32", 40, 320, w), Linear("bf16", 40, 320, gemv.f32_to_bf16(w)),
+             Linear("affine", 40, 320, packed, gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits), 4, 64)]
+    x = normal(130, 320)
+    backend = NumpyBackend()
+    for weight in forms:
+        twin = gemv.gemv(x, weight.rows, 40)  # no walked copy: the tile by tile twin
+        assert backend.linear(x, weight).tobytes() == twin.tobytes()  # makes the copy
+        assert backend.linear(x, weight).tobytes() == twin.tobytes()  # uses it
+        assert backend.walked(weight) is backend.walked(weight)
+    assert backend.walked_bytes == 3 * 8 * 40 * 320
+    walked = gemv.walked_weight(forms[0].rows, 40, 320)
+    assert gemv.gemv(x, forms[0].rows, 40, walked).tobytes() == gemv.gemv_f32(x, w).tobytes()
+    assert gemv.gemv(x, forms[0].rows, 40, walked[::-1]).tobytes() != gemv.gemv_f32(x, w).tobytes()  # control
+    del forms, weight
+    gc.collect()
+    assert backend.walked_bytes == 0 and not backend.walked_weights
+    backend.WALKED_BUDGET = 0
+    weight = Linear("f32", 40, 320, w)
+    assert backend.walked(weight) is None and backend.linear(x, weight).tobytes() == gemv.gemv_f32(x, w).tobytes()
+
 # --- norms ------------------------------------------------------------------------------------------------------
 
 def test_rmsnorm_variants():

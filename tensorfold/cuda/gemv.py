@@ -87,8 +87,15 @@ def walk_order(in_features):
     return columns[columns < in_features]
 
 
-def gemv(x, weight_rows, out_features):
-    """The twin: y[r, o] for every row of `x` [rows, K], reading weight rows through `weight_rows(outs)`.
+def walked_weight(weight_rows, out_features, in_features):
+    """The whole weight as the twin reads it: float64 [K, out_features], the columns in walk order (exact: float32
+    values). A backend that keeps it (NumpyBackend) saves the twin dequantizing and reordering it on every call."""
+    return np.asarray(weight_rows(np.arange(out_features)), np.float64).T[walk_order(in_features)]
+
+
+def gemv(x, weight_rows, out_features, walked=None):
+    """The twin: y[r, o] for every row of `x` [rows, K], reading weight rows through `weight_rows(outs)`, or, when
+    given, from `walked` (the weight as `walked_weight` gives it: the same values).
 
     The twin takes a tile of outputs at a time (for memory), lays the columns out in walk order, forms a round's
     products at once (exact in float64) and runs the round's steps, each a few NumPy passes over (thread, row,
@@ -101,7 +108,10 @@ def gemv(x, weight_rows, out_features):
     tile = max(1, TILE_ELEMENTS // max(rows * THREADS * CHUNK, in_features))
     for first in range(0, out_features, tile):
         outs = np.arange(first, min(first + tile, out_features))
-        w64 = np.asarray(weight_rows(outs), np.float64).T[order]  # [K, outputs]: the tile's weights, dequantized once
+        if walked is None:  # [K, outputs]: the tile's weights, dequantized once
+            w64 = np.asarray(weight_rows(outs), np.float64).T[order]
+        else:
+            w64 = walked[:, first:first + len(outs)]
         partial = np.zeros((THREADS, rows, len(outs)), np.float32)  # one accumulator per (thread, row, output)
         for start in range(0, in_features, THREADS * CHUNK):  # a round: thread t takes chunk start / CHUNK + t
             stop = min(start + THREADS * CHUNK, in_features)
