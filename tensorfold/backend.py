@@ -36,7 +36,7 @@ class NumpyBackend:
     WALKED_BUDGET = 256 << 20  # bytes of weights kept in the GEMV twin's walk order (float64), per backend
 
     def __init__(self):
-        self.walked_weights = {}  # id(Linear) -> (a weak reference to it, its walked weight)
+        self.walked_weights = {}  # id(Linear) -> (a weak reference to it, the arrays it was made of, its walked copy)
         self.walked_bytes = 0
 
     def linear(self, x, weight):
@@ -52,22 +52,28 @@ class NumpyBackend:
 
     def walked(self, weight):
         """The weight in the GEMV twin's walk order (`gemv.walked_weight`), made on first use and kept while the
-        weight lives, as long as the kept weights fit WALKED_BUDGET; None past it. A weight's values must not
-        change after its first use here (a loaded checkpoint's never do)."""
+        weight lives, as long as the kept weights fit WALKED_BUDGET; None past it. A weight given new arrays (its
+        `data`, `scales` or `biases` replaced) gets a new copy; writes into its arrays after its first use here
+        are not seen (a loaded checkpoint's never change)."""
+        arrays = (weight.data, weight.scales, weight.biases)
         kept = self.walked_weights.get(id(weight))
-        if kept is not None and kept[0]() is weight:
-            return kept[1]
+        if kept is not None and kept[0]() is weight and all(a is b for a, b in zip(kept[1], arrays)):
+            return kept[2]
+        self.forget_walked(id(weight))
         nbytes = 8 * weight.out_features * weight.in_features
         if self.walked_bytes + nbytes > self.WALKED_BUDGET:
             return None
         walked = gemv.walked_weight(weight.rows, weight.out_features, weight.in_features)
-
-        def forget(_, key=id(weight)):  # the weight is gone: so is its walked copy
-            if self.walked_weights.pop(key, None) is not None:
-                self.walked_bytes -= nbytes
-        self.walked_weights[id(weight)] = (weakref.ref(weight, forget), walked)
-        self.walked_bytes += nbytes
+        gone = lambda _, key=id(weight): self.forget_walked(key)  # noqa: E731 (the weight is gone: so is its copy)
+        self.walked_weights[id(weight)] = (weakref.ref(weight, gone), arrays, walked)
+        self.walked_bytes += walked.nbytes
         return walked
+
+    def forget_walked(self, key) -> None:
+        """Drop the walked copy kept under `key`, if any."""
+        kept = self.walked_weights.pop(key, None)
+        if kept is not None:
+            self.walked_bytes -= kept[2].nbytes
 
     def embed(self, ids, weight):
         return weight.rows(ids)

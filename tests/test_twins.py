@@ -123,6 +123,10 @@ def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
     walked = gemv.walked_weight(forms[0].rows, 40, 320)
     assert gemv.gemv(x, forms[0].rows, 40, walked).tobytes() == gemv.gemv_f32(x, w).tobytes()
     assert gemv.gemv(x, forms[0].rows, 40, walked[::-1]).tobytes() != gemv.gemv_f32(x, w).tobytes()  # control
+    kept = backend.walked(forms[2])
+    forms[2].scales = forms[2].scales * np.float32(2)  # new arrays: a new copy, the new values
+    assert backend.walked(forms[2]) is not kept and backend.walked_bytes == 3 * 8 * 40 * 320
+    assert backend.linear(x, forms[2]).tobytes() == gemv.gemv(x, forms[2].rows, 40).tobytes() != twin.tobytes()
     del forms, weight
     gc.collect()
     assert backend.walked_bytes == 0 and not backend.walked_weights
