@@ -66,7 +66,7 @@ class NumpyBackend:
         walked = gemv.walked_weight(weight.rows, weight.out_features, weight.in_features)
         gone = lambda _, key=id(weight): self.forget_walked(key)  # noqa: E731 (the weight is gone: so is its copy)
         self.walked_weights[id(weight)] = (weakref.ref(weight, gone), arrays, walked)
-        self.walked_bytes += walked.nbytes
+        self.walked_bytes += nbytes
         return walked
 
     def forget_walked(self, key) -> None:

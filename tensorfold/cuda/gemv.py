@@ -252,7 +252,7 @@ def f32_format(bits, group_size):
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
         return floats[j * CHUNK + e]
-    return WeightFormat(1, CHUNK, hold, weight, whole_chunks=False)
+    return WeightFormat(1, CHUNK, hold, weight, whole_chunks=False)  # (its one word a chunk unused)
 
 
 def bf16_format(bits, group_size):
