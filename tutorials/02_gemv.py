@@ -137,7 +137,8 @@ check(one_row.tobytes() == twin[:1].tobytes(), "the one-row kernel == the twin's
 # ---------------------------
 # One block per vector; strided sums of squares with fma32, the same halving tree, then each thread scales its
 # own elements by the multiplier (1 + w for Qwen3.5's centred norms, folded in at load time).
-print(inspect.getsource(rmsnorm.block_inverse_rms_window.py_func))
+print(inspect.getsource(rmsnorm.thread_squares.py_func))
+print(inspect.getsource(rmsnorm.block_inverse_rms.py_func))
 x = rng.normal(size=(2, 3, 40)).astype(np.float32)
 multiplier = (1 + 0.3 * rng.normal(size=40)).astype(np.float32)
 twin = rmsnorm.rmsnorm(x, multiplier, 1e-6)

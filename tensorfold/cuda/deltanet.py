@@ -119,8 +119,9 @@ LOADS = 16  # state values a thread loads before it stores any: their memory lat
 
 @cuda.jit(device=True)
 def load_column(state, h, j, col):
-    """col[n] = state[h, n, j] for every n, LOADS loads in flight at a time (a plain loop that stores each value
-    into the local column waits for each load in turn: 128 memory latencies a column, most of a one-row scan)."""
+    """col[n] = state[h, n, j] for every n, LOADS loads in flight at a time: the apply's column, whose dk is only
+    known at run time (a plain loop of unknown count that stores each value into the column waits for each load in
+    turn: 128 memory latencies a column)."""
     dk = state.shape[1]
     batch = cuda.local.array(LOADS, np.float32)
     for first in range(0, dk, LOADS):
@@ -154,7 +155,16 @@ def scan_kernel(dk):
     """The scan kernel for key heads of dk (a constant of the closure, so the loops over the key dimension have a
     fixed count and `col`, `keys` and `queries` fixed sizes). A block is COLUMNS columns of one value head
     (blockIdx.y); the row's key and query, which every column of the head reads, are staged once in shared
-    memory, so the two sums over i read them there instead of each thread loading them from global memory."""
+    memory, so the two sums over i read them there instead of each thread loading them from global memory.
+
+    A thread loads its whole column at once (`load_whole_column`): dk is a constant, the loop is unrolled and all dk
+    loads are in flight together, where `load_column` waits on memory dk / LOADS times (a one-row scan of the 2B's
+    16 heads of 128 took 8.8 us instead of 12.9 on an H200)."""
+
+    @cuda.jit(device=True)
+    def load_whole_column(state, h, j, col):
+        for n in range(dk):
+            col[n] = state[h, n, j]
 
     @kernel
     def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
@@ -167,12 +177,12 @@ def scan_kernel(dk):
         col = cuda.local.array(dk, np.float32)
         keys = cuda.shared.array(dk, np.float32)
         queries = cuda.shared.array(dk, np.float32)
-        load_column(state, h, j, col)
+        load_whole_column(state, h, j, col)
         for r in range(q.shape[0]):
             depth = depths[r]
             parent = path_slots[r, depth - 1] if depth > 0 else -1
             if parent != r - 1:  # a tree row that does not follow the row before it: rebuild its parent's state
-                load_column(state, h, j, col)
+                load_whole_column(state, h, j, col)
                 for d in range(depth):  # its path's logged rows, root first: decay, then write
                     ancestor = path_slots[r, d]
                     for n in range(dk):

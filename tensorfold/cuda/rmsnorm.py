@@ -7,7 +7,10 @@ Mapping (the kernels): one block of THREADS threads per vector (a row, or one he
 squares of elements t, t + THREADS, ... with fma32; the block adds the partial sums in a fixed tree; then every
 thread scales its own elements. The twins vectorise over vectors and threads and keep that order. A thread loads
 LOADS of its elements before it uses any (`load_batch`), so their latencies overlap: a loop that adds each value
-as it arrives waits for 16 loads in turn on a row of 2,048, and a one-row norm took about 10 us.
+as it arrives waits for 16 loads in turn on a row of 2,048, and a one-row norm took about 10 us. In the plain and
+residual norms a vector of at most THREADS * LOADS elements is one such batch a thread, loaded once with everything
+else it needs and kept in registers until it is scaled; only a longer one is read a second time (the gated norm
+keeps one path: see its kernel).
 
 Centred versus plain weights: Qwen3.5 stores most norm weights centred at zero (`1 + w` multiplies) and the gated
 norm's plainly; the loader turns both into the multiplier itself, so twins and kernels only ever multiply.
@@ -85,15 +88,9 @@ def load_batch(x, n, first, batch):
 
 
 @cuda.jit(device=True)
-def block_inverse_rms(x, n, t, eps, mean):
-    """inverse_rms of vector n, computed by the whole block (every thread gets the result)."""
-    return block_inverse_rms_window(x, n, 0, x.shape[1], t, eps, mean)
-
-
-@cuda.jit(device=True)
-def block_inverse_rms_window(x, n, start, length, t, eps, mean):
-    """inverse_rms of the vector x[n, start:start + length], computed by the whole block."""
-    partial = cuda.shared.array(THREADS, np.float32)
+def thread_squares(x, n, start, length, t):
+    """The thread's sum of squares over its elements of the vector x[n, start:start + length], in order, LOADS
+    loads in flight at a time."""
     batch = cuda.local.array(LOADS, np.float32)
     acc = np.float32(0)
     for first in range(t, length, THREADS * LOADS):
@@ -101,6 +98,25 @@ def block_inverse_rms_window(x, n, start, length, t, eps, mean):
         for u in range(LOADS):  # the thread's elements in order: k = first + u * THREADS
             if first + u * THREADS < length:
                 acc = fma32(batch[u], batch[u], acc)
+    return acc
+
+
+@cuda.jit(device=True)
+def batch_squares(batch, t, width):
+    """thread_squares of a vector that is one batch a thread (its elements t, t + THREADS, ... held in `batch`)."""
+    acc = np.float32(0)
+    for u in range(LOADS):
+        if t + u * THREADS < width:
+            acc = fma32(batch[u], batch[u], acc)
+    return acc
+
+
+@cuda.jit(device=True)
+def block_inverse_rms(acc, t, length, eps, mean):
+    """inverse_rms of a vector of `length`, from each thread's sum of squares `acc`: the block's tree, then the
+    root (every thread gets the result). The one function of the file with a shared array: a kernel that reached it
+    by two paths would link the array twice, which NVVM refuses."""
+    partial = cuda.shared.array(THREADS, np.float32)
     partial[t] = acc
     width = THREADS // 2
     while width > 0:
@@ -130,37 +146,75 @@ def block_scale(x, multiplier, n, t, inv, y):
 
 @kernel
 def rmsnorm_kernel(x, multiplier, eps, y):
+    """A row of at most THREADS * LOADS elements stays in registers from the sum of squares to the scaling (see
+    add_rmsnorm_kernel); a longer one is read twice."""
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
-    block_scale(x, multiplier, n, t, block_inverse_rms(x, n, t, eps, True), y)
+    width = x.shape[1]
+    if width <= THREADS * LOADS:  # the same for the whole block: its barriers are reached by every thread
+        batch, factors = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
+        load_batch(x, n, t, batch)
+        load_batch(multiplier, 0, t, factors)
+        inv = block_inverse_rms(batch_squares(batch, t, width), t, width, eps, True)
+        for u in range(LOADS):
+            if t + u * THREADS < width:
+                y[n, t + u * THREADS] = batch[u] * inv * factors[u]
+    else:
+        inv = block_inverse_rms(thread_squares(x, n, 0, width, t), t, width, eps, True)
+        block_scale(x, multiplier, n, t, inv, y)
 
 
 @kernel
 def add_rmsnorm_kernel(h, delta, multiplier, eps, total, y):
-    """total = h + delta, then rmsnorm_kernel's work on total. Each thread reads back only the elements it wrote
-    (the same t, t + THREADS, ... in every pass), so no barrier is needed between the add and the norm."""
+    """total = h + delta, then rmsnorm_kernel's work on total.
+
+    A row of at most THREADS * LOADS elements (every Qwen3.5 up to 2B) is one batch a thread: the sums stay in
+    registers from the add to the scaling, and the multiplier's loads are in flight with h's and delta's, so the
+    kernel waits on memory once (it waited three times, writing total and reading it back twice: on an H200 a
+    launch at one row took 4.9 us instead of 5.5, and the 47 of a 2B decode round 253 us instead of 269). A longer row goes pass by pass through total; each thread reads back only the elements
+    it wrote (the same t, t + THREADS, ... in every pass), so no barrier is needed between the add and the norm."""
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
+    width = h.shape[1]
     batch, more = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
-    for first in range(t, h.shape[1], THREADS * LOADS):
-        load_batch(h, n, first, batch)
-        load_batch(delta, n, first, more)
+    if width <= THREADS * LOADS:  # the same for the whole block: its barriers are reached by every thread
+        factors = cuda.local.array(LOADS, np.float32)
+        load_batch(h, n, t, batch)
+        load_batch(delta, n, t, more)
+        load_batch(multiplier, 0, t, factors)
         for u in range(LOADS):
-            if first + u * THREADS < h.shape[1]:
-                total[n, first + u * THREADS] = batch[u] + more[u]
-    block_scale(total, multiplier, n, t, block_inverse_rms(total, n, t, eps, True), y)
+            if t + u * THREADS < width:
+                batch[u] = batch[u] + more[u]
+                total[n, t + u * THREADS] = batch[u]
+        inv = block_inverse_rms(batch_squares(batch, t, width), t, width, eps, True)
+        for u in range(LOADS):
+            if t + u * THREADS < width:
+                y[n, t + u * THREADS] = batch[u] * inv * factors[u]
+    else:
+        for first in range(t, width, THREADS * LOADS):
+            load_batch(h, n, first, batch)
+            load_batch(delta, n, first, more)
+            for u in range(LOADS):
+                if first + u * THREADS < width:
+                    total[n, first + u * THREADS] = batch[u] + more[u]
+        inv = block_inverse_rms(thread_squares(total, n, 0, width, t), t, width, eps, True)
+        block_scale(total, multiplier, n, t, inv, y)
 
 
 @kernel
 def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
+    """One path only, with no batch held from the sum of squares to the scaling as the other norms have: its
+    SiLU is many instructions, unrolled LOADS times, and a second copy of them made the kernel slower in a decode
+    round (from 5.1 to 9.1 us at one row on an H200), though faster alone."""
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
-    inv = block_inverse_rms(x, n, t, eps, True)
+    width = x.shape[1]
+    inv = block_inverse_rms(thread_squares(x, n, 0, width, t), t, width, eps, True)
     batch, factors, gates = (cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32),
                              cuda.local.array(LOADS, np.float32))
-    for first in range(t, x.shape[1], THREADS * LOADS):
+    for first in range(t, width, THREADS * LOADS):
         load_batch(x, n, first, batch)
         load_batch(multiplier, 0, first, factors)
         load_batch(z, n, first, gates)
         for u in range(LOADS):
-            if first + u * THREADS < x.shape[1]:
+            if first + u * THREADS < width:
                 y[n, first + u * THREADS] = batch[u] * inv * factors[u] * silu32(gates[u])
 
 
@@ -172,7 +226,7 @@ def split_qkv_kernel(conv, heads, eps, q_scale, q, k, v):
     r, slot = cuda.blockIdx.x // slots, cuda.blockIdx.x % slots
     dk = q.shape[1]
     if slot < 2 * heads:  # the same for the whole block: its barriers are reached by every thread or by none
-        inv = block_inverse_rms_window(conv, r, slot * dk, dk, t, eps, False)
+        inv = block_inverse_rms(thread_squares(conv, r, slot * dk, dk, t), t, dk, eps, False)
         batch = cuda.local.array(LOADS, np.float32)
         for first in range(t, dk, THREADS * LOADS):
             load_window(conv, r, slot * dk, dk, first, batch)
@@ -231,9 +285,10 @@ def split_qkv_launch(conv, heads, dk, eps, q_scale, stream=0):
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _cases(mode, rng):
-    """(rows, vectors per row, width): whole rows of D, and the per-head norms (q/k norms, DeltaNet heads)."""
-    shapes = [(3, 1, 40), (2, 3, 130)] if mode == "sim" else [(1, 1, 1024), (16, 1, 2048), (128, 1, 1024),
-                                                               (16, 8, 256), (5, 16, 128), (3, 1, 1000)]
+    """(rows, vectors per row, width): whole rows of D, and the per-head norms (q/k norms, DeltaNet heads); a row
+    longer than one batch a thread (THREADS * LOADS: the 4B's 2,560 on GPU) takes add_rmsnorm's other path."""
+    shapes = [(3, 1, 40), (2, 3, 130), (2, 1, 2100)] if mode == "sim" else [
+        (1, 1, 1024), (16, 1, 2048), (128, 1, 1024), (16, 8, 256), (5, 16, 128), (3, 1, 1000), (4, 1, 2560)]
     cases = []
     for rows, vectors, width in shapes:
         x = rng.normal(size=(rows, vectors, width)).astype(np.float32)
