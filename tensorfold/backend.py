@@ -99,8 +99,7 @@ class NumpyBackend:
     rmsnorm = staticmethod(norm.rmsnorm)
     add_rmsnorm = staticmethod(norm.add_rmsnorm)
     rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
-    split_qkv = staticmethod(norm.split_qkv)
-    deltanet_gates = staticmethod(deltanet.deltanet_gates)
+    scan_inputs = staticmethod(deltanet.scan_inputs)
     deltanet_apply = staticmethod(deltanet.deltanet_apply)
     rope = staticmethod(rotary.rope)
     kv_compact = staticmethod(attention.kv_compact)
@@ -271,9 +270,6 @@ class CudaBackend:
     def rmsnorm_gated(self, x, z, multiplier, eps):
         return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream)
 
-    def split_qkv(self, conv, heads, dk, eps, q_scale):
-        return norm.split_qkv_launch(conv, heads, dk, eps, q_scale, stream=self.stream)
-
     def add(self, a, b):
         return elementwise.launch_elementwise(elementwise.add_kernel, a, b, stream=self.stream)
 
@@ -289,8 +285,8 @@ class CudaBackend:
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, in_place=in_place, stream=self.stream)
 
-    def deltanet_gates(self, b, a, a_log, dt_bias):
-        return deltanet.deltanet_gates_launch(b, a, a_log, dt_bias, stream=self.stream)
+    def scan_inputs(self, conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
+        return deltanet.scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stream=self.stream)
 
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, depths, path_slots, in_place, out=out,

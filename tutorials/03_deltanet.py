@@ -80,10 +80,12 @@ print(inspect.getsource(deltanet.scan_kernel))
 # The gates
 # ---------
 # Two projections per row and value head become the decay and the write strength: decay = exp(g) with
-# g = -exp(A_log) * softplus(a + dt_bias) <= 0, and beta = sigmoid(b). Elementwise: one thread per (row, head).
-# The transcendentals go through fmath, which evaluates them in float64 and rounds once, the same everywhere.
+# g = -exp(A_log) * softplus(a + dt_bias) <= 0, and beta = sigmoid(b). Elementwise, and on the device part of
+# the launch that takes everything the scan reads out of the conv output (`scan_inputs`): its last block per row
+# copies v and computes the gates, one thread per value head. The transcendentals go through fmath, which
+# evaluates them in float64 and rounds once, the same everywhere.
 print(inspect.getsource(deltanet.deltanet_gates))
-print(inspect.getsource(deltanet.deltanet_gates_kernel.py_func))
+print(inspect.getsource(deltanet.scan_inputs_kernel.py_func))
 
 rng = np.random.default_rng(0)
 rows, nv, nk, dk, dv = 6, 4, 2, 8, 6
@@ -91,8 +93,11 @@ b = rng.normal(size=(rows, nv)).astype(np.float32)
 a = (4 * rng.normal(size=(rows, nv))).astype(np.float32)
 a_log, dt_bias = rng.normal(size=nv).astype(np.float32), rng.normal(size=nv).astype(np.float32)
 decay, beta = deltanet.deltanet_gates(b, a, a_log, dt_bias)
-got = host(deltanet.deltanet_gates_launch(*(cuda.to_device(x) for x in (b, a, a_log, dt_bias))))
-check(same(got, (decay, beta)), "gates kernel == twin, bit for bit")
+conv_out = rng.normal(size=(rows, 2 * nk * dk + nv * dv)).astype(np.float32)
+want = deltanet.scan_inputs(conv_out, b, a, a_log, dt_bias, nk, dk, 1e-6, dk ** -0.5)
+got = host(deltanet.scan_inputs_launch(*(cuda.to_device(x) for x in (conv_out, b, a, a_log, dt_bias)), nk, dk, 1e-6,
+                                       dk ** -0.5))
+check(same(got, want) and same(want[3:], (decay, beta)), "q, k, v and the gates: kernel == twin, bit for bit")
 check(bool((decay > 0).all() and (decay <= 1).all()), "every decay lies in (0, 1]")
 
 # %%

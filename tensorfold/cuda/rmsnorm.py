@@ -1,7 +1,8 @@
 """RMSNorm in its uses: `y = x / sqrt(mean(x^2) + eps) * weight`, the same after the residual add (`add_rmsnorm`:
 h + delta and its norm in one launch), the gated norm that multiplies by SiLU(z), and the L2 norm of DeltaNet's
-queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean), which only `split_qkv` applies on the device, as it
-takes q, k and v out of the conv output.
+queries and keys (`x / sqrt(sum(x^2) + eps) * scale`, no mean), which only deltanet.scan_inputs applies on the
+device, with this file's block tree (`thread_squares`, `block_inverse_rms`), as it takes q, k and v out of the conv
+output.
 
 Mapping (the kernels): one block of THREADS threads per vector (a row, or one head of a row). Thread t sums the
 squares of elements t, t + THREADS, ... with fma32; the block adds the partial sums in a fixed tree; then every
@@ -56,17 +57,6 @@ def l2norm(x, eps, scale=1.0):
     """x / sqrt(sum(x^2) + eps) over the last axis, times `scale` (DeltaNet's 1 / sqrt(dk) for queries)."""
     x = np.asarray(x, np.float32)
     return x * inverse_rms(x, eps, mean=False)[..., None] * np.float32(scale)
-
-
-def split_qkv(conv, heads, dk, eps, q_scale):
-    """DeltaNet's q, k and v out of the conv output [rows, C] (q | k | v, each head-major): q [rows, heads, dk]
-    L2-normalised per head and times q_scale, k [rows, heads, dk] normalised, v [rows, C - 2 heads dk] as it is.
-    The kernel does in one launch what three take_last and two l2norm launches did."""
-    conv = np.asarray(conv, np.float32)
-    rows, width = conv.shape[0], heads * dk
-    q = l2norm(conv[:, :width].reshape(rows, heads, dk), eps, q_scale)
-    k = l2norm(conv[:, width:2 * width].reshape(rows, heads, dk), eps)
-    return q, k, np.ascontiguousarray(conv[:, 2 * width:])
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
@@ -218,30 +208,6 @@ def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
                 y[n, first + u * THREADS] = batch[u] * inv * factors[u] * silu32(gates[u])
 
 
-@kernel
-def split_qkv_kernel(conv, heads, eps, q_scale, q, k, v):
-    """Block (row r, slot): slots 0 .. heads - 1 normalise row r's query heads, the next `heads` its key heads,
-    the last copies its v. q and k come as [rows * heads, dk]."""
-    slots, t = 2 * heads + 1, cuda.threadIdx.x
-    r, slot = cuda.blockIdx.x // slots, cuda.blockIdx.x % slots
-    dk = q.shape[1]
-    if slot < 2 * heads:  # the same for the whole block: its barriers are reached by every thread or by none
-        inv = block_inverse_rms(thread_squares(conv, r, slot * dk, dk, t), t, dk, eps, False)
-        batch = cuda.local.array(LOADS, np.float32)
-        for first in range(t, dk, THREADS * LOADS):
-            load_window(conv, r, slot * dk, dk, first, batch)
-            for u in range(LOADS):
-                i = first + u * THREADS
-                if i < dk:
-                    if slot < heads:
-                        q[r * heads + slot, i] = batch[u] * inv * np.float32(q_scale)
-                    else:
-                        k[r * heads + slot - heads, i] = batch[u] * inv * np.float32(1.0)
-    else:
-        for i in range(t, v.shape[1], THREADS):
-            v[r, i] = conv[r, 2 * heads * dk + i]
-
-
 def as_vectors(a):
     """A contiguous device array [..., width] viewed as [vectors, width]."""
     width = a.shape[len(a.shape) - 1]
@@ -272,16 +238,6 @@ def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0):
     return launch_norm(rmsnorm_gated_kernel, x, as_vectors(z), as_vectors(multiplier), eps, stream=stream)
 
 
-def split_qkv_launch(conv, heads, dk, eps, q_scale, stream=0):
-    """split_qkv on the device: (q, k) [rows, heads, dk] and v [rows, C - 2 heads dk], new arrays, one launch."""
-    rows = conv.shape[0]
-    q = cuda.device_array((rows * heads, dk), np.float32, stream=stream)
-    k = cuda.device_array((rows * heads, dk), np.float32, stream=stream)
-    v = cuda.device_array((rows, conv.shape[1] - 2 * heads * dk), np.float32, stream=stream)
-    split_qkv_kernel[rows * (2 * heads + 1), THREADS, stream](conv, heads, eps, q_scale, q, k, v)
-    return q.reshape(rows, heads, dk), k.reshape(rows, heads, dk), v
-
-
 # --- the contract -------------------------------------------------------------------------------------------------
 
 def _cases(mode, rng):
@@ -298,27 +254,6 @@ def _cases(mode, rng):
     return cases
 
 
-def _split_cases(mode, rng):
-    """(rows, heads, dk, v width): in the simulator a v width that is not a multiple of the block and a head wider
-    than it; on GPU Qwen3.5's DeltaNet (16 heads of 128, v 2,048) at 1, 16 and 128 rows, and the 4B's v of 4,096."""
-    shapes = [(3, 2, 40, 150), (1, 1, 130, 7)] if mode == "sim" else [(1, 16, 128, 2048), (16, 16, 128, 2048),
-                                                                      (128, 16, 128, 2048), (5, 16, 128, 4096)]
-    cases = []
-    for rows, heads, dk, width in shapes:
-        conv = rng.normal(size=(rows, 2 * heads * dk + width)).astype(np.float32)
-        cases.append((f"{rows}x{heads}x{dk}+{width}", {"conv": conv, "heads": heads, "dk": dk, "eps": 1e-6,
-                                                        "q_scale": dk ** -0.5}))
-    return cases
-
-
-def _heads_swapped(inputs):
-    """Planted: the first query head and the first key head trade places in every row."""
-    conv, dk, heads = inputs["conv"].copy(), inputs["dk"], inputs["heads"]
-    first_key = slice(heads * dk, heads * dk + dk)
-    conv[:, :dk], conv[:, first_key] = inputs["conv"][:, first_key], inputs["conv"][:, :dk]
-    return {**inputs, "conv": conv}
-
-
 _EPS_TIMES_TEN = lambda i: {**i, "eps": i["eps"] * 10}  # noqa: E731
 _CONTROLS = {"two swapped rows": swap_rows("x"), "eps off by a factor of ten": _EPS_TIMES_TEN}
 CONTRACT = [
@@ -333,8 +268,4 @@ CONTRACT = [
                 lambda x, z, multiplier, eps: to_host(rmsnorm_gated_launch(
                     cuda.to_device(x), cuda.to_device(z), cuda.to_device(multiplier), eps)),
                 _cases, {**_CONTROLS, "gate of another row": swap_rows("z")}),
-    KernelCheck("split_qkv", split_qkv, lambda conv, heads, dk, eps, q_scale: to_host(split_qkv_launch(
-                    cuda.to_device(conv), heads, dk, eps, q_scale)), _split_cases,
-                {"two swapped rows": swap_rows("conv"), "eps off by a factor of ten": _EPS_TIMES_TEN,
-                 "q and k heads swapped": _heads_swapped}),
 ]

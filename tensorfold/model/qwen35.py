@@ -437,14 +437,14 @@ class Qwen35:
         rows = x.shape[0]
         mixed, z, b_proj, a_proj = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
         z = z.reshape(rows, nv, dv)
-        decay, beta = ops.deltanet_gates(b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"])
         conv, tails = ops.empty((rows, c.conv_dim)), []
         with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):
                 with lanes.lane(n):
                     tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
                                                  win.maps.conv_taps, out=conv[a:b], in_place=inputs.recorded)[1])
-        q, k, v = ops.split_qkv(conv, nk, dk, L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
+        q, k, v, decay, beta = ops.scan_inputs(conv, b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk,
+                                               L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
         with ops.side_by_side(len(windows)) as lanes:
