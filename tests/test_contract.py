@@ -28,6 +28,20 @@ def test_kernel_equals_twin_and_controls_turn_red(check, on_gpu):
     assert result.red_controls, f"{check.name} has no planted control"
 
 
+def test_gemv_tiles_of_wide_warps(monkeypatch, on_gpu):
+    """The tile kernel's warps of WIDE_OUTPUTS outputs, which only calls with warps to spare take (no shape of the
+    simulator's), against the twin with the same planted controls: every affine call made wide."""
+    from tensorfold.cuda import gemv
+    monkeypatch.setattr(gemv, "WIDE_WARPS", 0)
+    checks = [c for c in CHECKS if c.name.startswith("gemv_affine")]
+    assert len(checks) == 3
+    for check in checks:
+        result = run_check(check, "gpu" if on_gpu else "sim")
+        assert result.cases > 0 and not result.failed_cases, f"{check.name}: not bit-equal on {result.failed_cases}"
+        assert result.red_controls and not result.missed_controls, f"{check.name}: {result.missed_controls}"
+    assert any(per_warp == gemv.WIDE_OUTPUTS for _, per_warp, *_ in gemv.gemv_affine_kernel.shapes)
+
+
 def test_summary_line():
     from tensorfold.contract import Result
     results = [Result("a", 2, [], ["x", "y"], [], 0.1), Result("b", 1, ["1x1"], ["z"], ["w"], 0.1)]

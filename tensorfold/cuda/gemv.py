@@ -19,8 +19,8 @@ through the SM, and the mapping is chosen for it:
 * one row (a decode step, affine weights): `affine_row_kernel`, a warp computes 4 outputs, each x value it loads
   feeds the four, and it loads 4 chunks of each output (codes, scale, bias) before it multiplies any, so 16 loads
   are in flight; each weight is dequantized where it is used, once;
-* several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs, so each
-  dequantized weight feeds every row of the tile and each x value both outputs; x is laid out in *pair walk order*
+* several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs (4 in a
+  call with warps to spare), so each dequantized weight feeds every row of the tile and each x value every output; x is laid out in *pair walk order*
   (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's 32 loads are one coalesced
   256-byte line;
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
@@ -152,9 +152,13 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   stays in L1. A float weight's one-row call takes the tile kernel with a tile of one row.
 # * Several rows (`gemv_kernel`, tiles of 4 or 8 rows; blockIdx.y runs over the tiles): each dequantized weight
 #   feeds every row of the tile, so the multiply-adds and the loads of x decide the speed. A warp computes OUTPUTS
-#   = 2 outputs and takes one chunk a step: it holds the chunk of both outputs as stored (the format's `hold`),
-#   then for each pair of columns loads the tile's x values, and for each column dequantizes the two weights
-#   (`weight`) and makes the multiply-adds. (Dequantizing the whole chunk into CHUNK floats an output first took
+#   = 2 outputs and takes one chunk a step: it holds the chunk of each output as stored (the format's `hold`),
+#   then for each pair of columns loads the tile's x values, and for each column dequantizes the outputs' weights
+#   (`weight`) and makes the multiply-adds. An affine call whose warps would still number WIDE_WARPS at
+#   WIDE_OUTPUTS = 4 outputs a warp takes 4: each x load then feeds twice the multiply-adds, and the call has
+#   warps enough to keep the SMs busy with half as many (at 16 rows the head went from 1,096 to 1,015 us, the 2B's
+#   12,288 x 2,048 from 59.5 to 58.0; 2,048 x 6,144, which would have 1,024 warps, from 31.3 to 37.6, so it
+#   keeps 2; at 128 rows every 2B projection gained 3 to 8 %). (Dequantizing the whole chunk into CHUNK floats an output first took
 #   6 to 14 % longer at 16 rows: docs/receipts/2026-11-30-h200-chains.md, section 2.) x is laid out in *pair
 #   walk order* (`walk_x`, one small launch per GEMV): a thread's columns e and e + 1 are neighbours, and
 #   neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as uint64) brings two columns, and a
@@ -167,7 +171,7 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #
 # The accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled loops,
 # which the compiler keeps in registers (a size only known at run time puts them in local memory; so does an array
-# too large to unroll over: tiles of 4 outputs spilled, and were slower).
+# too large to unroll over: tiles of 4 outputs spilled while chunks were dequantized into CHUNK floats an output).
 #
 # The arithmetic is a few multiply-adds per load, so the integer work around it decides the speed (a first version
 # spent about 20 instructions per multiply-add, most of them index arithmetic, and took twice as long):
@@ -181,6 +185,8 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   and never written, so no multiply-add waits on a check of its row.
 
 OUTPUTS = 2  # outputs a warp of the tile kernel computes: each x load feeds both
+WIDE_OUTPUTS = 4  # outputs a warp of an affine call that has warps to spare
+WIDE_WARPS = 4096  # the warps such a call has at WIDE_OUTPUTS outputs a warp, at least (31 an SM of an H200)
 TILES = (1, 4, 8)  # rows a block of the tile kernel holds: the least that holds a call's rows, 8 past that
 ROW_OUTPUTS = 4  # outputs a warp of the one-row kernel computes
 ROW_STEP = 4  # chunks of each output the one-row kernel loads before it multiplies
@@ -344,29 +350,29 @@ def tree_writer(rows, outputs):
     return write_sums
 
 
-def gemv_kernel(weight_format, rows):
-    """The tile kernel for one `WeightFormat` and `rows` rows a block; x in pair walk order, as uint64. The local
-    arrays' sizes are constants of the closure, as numba needs."""
+def gemv_kernel(weight_format, rows, per_warp):
+    """The tile kernel for one `WeightFormat`, `rows` rows a block and `per_warp` outputs a warp; x in pair walk
+    order, as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
     hold, weight, whole_chunks = weight_format.hold, weight_format.weight, weight_format.whole_chunks
-    accumulators, pair_values = rows * OUTPUTS, 2 * rows
-    held_words, held_floats = OUTPUTS * weight_format.words, OUTPUTS * weight_format.floats
-    write_sums = tree_writer(rows, OUTPUTS)
+    accumulators, pair_values = rows * per_warp, 2 * rows
+    held_words, held_floats = per_warp * weight_format.words, per_warp * weight_format.floats
+    write_sums = tree_writer(rows, per_warp)
 
     @kernel
     def gemv_tile_kernel(x_pairs, pairs_width, columns, data, width, scales, biases, groups, y, rows_total,
                          out_features, end1, end2, end3):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
-        base = (cuda.blockIdx.x * WARPS + warp) * OUTPUTS  # the warp's first output
+        base = (cuda.blockIdx.x * WARPS + warp) * per_warp  # the warp's first output
         live = min(rows, rows_total - first)  # the tile's rows
-        acc = cuda.local.array(accumulators, np.float32)  # acc[r * OUTPUTS + j]: row r, output base + j
-        words = cuda.local.array(held_words, np.uint32)  # the chunk of both outputs, as stored
+        acc = cuda.local.array(accumulators, np.float32)  # acc[r * per_warp + j]: row r, output base + j
+        words = cuda.local.array(held_words, np.uint32)  # the chunk of each output, as stored
         floats = cuda.local.array(held_floats, np.float32)
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
-        outputs = cuda.local.array(OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
+        outputs = cuda.local.array(per_warp, np.int64)  # the warp's outputs (past the last: the last)
         x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
-        for j in range(OUTPUTS):
+        for j in range(per_warp):
             outputs[j] = min(base + j, out_features - 1)
         for r in range(rows):
             x_rows[r] = (first + min(r, live - 1)) * pairs_width
@@ -375,7 +381,7 @@ def gemv_kernel(weight_format, rows):
             interior = columns // CHUNK  # the chunks before this one are whole
             for c in range(t, chunks, THREADS):
                 careful = not whole_chunks and c >= interior  # a chunk cut short: check its columns
-                for j in range(OUTPUTS):
+                for j in range(per_warp):
                     hold(data, width, scales, biases, groups, outputs[j], c, columns, words, floats, j, careful)
                 round_pairs = (c - t) * (CHUNK // 2)  # where the chunk's round starts, in pairs
                 for e in range(CHUNK):
@@ -385,10 +391,10 @@ def gemv_kernel(weight_format, rows):
                             xs[2 * r] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))  # the first: low half
                             xs[2 * r + 1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
                     if not careful or c * CHUNK + e < columns:
-                        for j in range(OUTPUTS):
+                        for j in range(per_warp):
                             w = weight(words, floats, j, e)  # dequantized here, used by every row of the tile
                             for r in range(rows):
-                                acc[r * OUTPUTS + j] = fma_rn(w, xs[2 * r + e % 2], acc[r * OUTPUTS + j])
+                                acc[r * per_warp + j] = fma_rn(w, xs[2 * r + e % 2], acc[r * per_warp + j])
         partial = cuda.shared.array((WARPS, accumulators, THREADS), np.float32)
         write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
 
@@ -445,27 +451,35 @@ def affine_row_kernel(bits, group_size):
 
 
 class GemvKernels:
-    """One weight format's GEMV kernels, compiled on first use: a tile kernel per tile of TILES and format
-    constants, and for the affine formats (`row_kernel`) a one-row kernel per format constants."""
+    """One weight format's GEMV kernels, compiled on first use: a tile kernel per tile of TILES, outputs a warp and
+    format constants, and for the affine formats (`row_kernel`) a one-row kernel per format constants."""
 
-    def __init__(self, weight_format, row_kernel=None):
+    def __init__(self, weight_format, row_kernel=None, wide=False):
         self.weight_format = weight_format  # (bits, group_size) -> the format's WeightFormat
         self.row_kernel = row_kernel  # (bits, group_size) -> its one-row kernel, or None
-        self.shapes = {}  # (rows a block holds, bits, group size) -> its kernel
+        self.wide = wide  # whether a call with warps to spare takes WIDE_OUTPUTS outputs a warp (measured: affine)
+        self.shapes = {}  # (rows a block holds, outputs a warp (0: the one-row kernel), bits, group size) -> kernel
 
-    def for_call(self, rows, bits, group_size):
-        """(rows a block holds, whether x goes in pair walk order, the kernel) for a call of `rows` rows."""
+    def for_call(self, rows, out_features, bits, group_size):
+        """(rows a block holds, outputs a warp, the kernel) for a call of `rows` rows; 0 outputs a warp is the
+        one-row kernel (ROW_OUTPUTS, x as it is), any other the tile kernel (x in pair walk order)."""
         tile = min((tile for tile in TILES if tile >= rows), default=max(TILES))  # the least that holds them
-        one_row = tile == 1 and self.row_kernel is not None
-        if (tile, bits, group_size) not in self.shapes:
-            self.shapes[tile, bits, group_size] = (self.row_kernel(bits, group_size) if one_row else
-                                                   gemv_kernel(self.weight_format(bits, group_size), tile))
-        return tile, not one_row, self.shapes[tile, bits, group_size]
+        if tile == 1 and self.row_kernel is not None:
+            per_warp = 0
+        else:
+            tiles = -(-rows // tile)
+            spare = self.wide and -(-out_features // WIDE_OUTPUTS) * tiles >= WIDE_WARPS
+            per_warp = WIDE_OUTPUTS if spare else OUTPUTS
+        key = (tile, per_warp, bits, group_size)
+        if key not in self.shapes:
+            self.shapes[key] = (self.row_kernel(bits, group_size) if per_warp == 0 else
+                                gemv_kernel(self.weight_format(bits, group_size), tile, per_warp))
+        return tile, per_warp, self.shapes[key]
 
 
 gemv_f32_kernel = GemvKernels(f32_format)
 gemv_bf16_kernel = GemvKernels(bf16_format)
-gemv_affine_kernel = GemvKernels(affine_format, affine_row_kernel)
+gemv_affine_kernel = GemvKernels(affine_format, affine_row_kernel, wide=True)
 
 
 def launch_walk_x(x, stream=0):
@@ -494,12 +508,12 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None):
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     rows = x.shape[0]
-    tile, walked, kernel_for_call = kernels.for_call(rows, bits, group_size)
+    tile, per_warp, kernel_for_call = kernels.for_call(rows, out_features, bits, group_size)
     y = cuda.device_array(rows * out_features, np.float32, stream=stream)
     weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
-    if walked:
+    if per_warp:
         pairs = launch_walk_x(x, stream).view(np.uint64)  # two float32 columns a uint64, the first in the low half
-        grid = (-(-out_features // (WARPS * OUTPUTS)), -(-rows // tile))
+        grid = (-(-out_features // (WARPS * per_warp)), -(-rows // tile))
         kernel_for_call[grid, WARPS * THREADS, stream](flat(pairs), pairs.shape[1], x.shape[1], *weight)
     else:
         kernel_for_call[-(-out_features // (WARPS * ROW_OUTPUTS)), WARPS * THREADS, stream](flat(x), x.shape[1],
