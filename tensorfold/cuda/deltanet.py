@@ -45,8 +45,8 @@ from . import paths
 from .common import to_host
 from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
 from .launch import kernel
-from .rmsnorm import LOADS as NORM_LOADS, THREADS as NORM_THREADS
-from .rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
+from . import rmsnorm  # its THREADS read through the module when a launch is sized: the simulator's tests patch it
+from .rmsnorm import LOADS as NORM_LOADS, block_inverse_rms, l2norm, load_window, thread_squares
 
 
 def deltanet_gates(b, a, a_log, dt_bias):
@@ -154,25 +154,25 @@ def load_column(state, h, j, col):
 def scan_inputs_kernel(conv, b, a, a_log, dt_bias, heads, eps, q_scale, q, k, v, decay, beta):
     """Block (row r, slot): slots 0 .. heads - 1 normalise row r's query heads, the next `heads` its key heads,
     the last copies its v and computes its gates. q and k come as [rows * heads, dk]."""
-    slots, t = 2 * heads + 1, cuda.threadIdx.x
+    slots, t, threads = 2 * heads + 1, cuda.threadIdx.x, cuda.blockDim.x  # rmsnorm.THREADS threads
     r, slot = cuda.blockIdx.x // slots, cuda.blockIdx.x % slots
     dk = q.shape[1]
     if slot < 2 * heads:  # the same for the whole block: its barriers are reached by every thread or by none
         inv = block_inverse_rms(thread_squares(conv, r, slot * dk, dk, t), t, dk, eps, False)
         batch = cuda.local.array(NORM_LOADS, np.float32)
-        for first in range(t, dk, NORM_THREADS * NORM_LOADS):
+        for first in range(t, dk, threads * NORM_LOADS):
             load_window(conv, r, slot * dk, dk, first, batch)
             for u in range(NORM_LOADS):
-                i = first + u * NORM_THREADS
+                i = first + u * threads
                 if i < dk:
                     if slot < heads:
                         q[r * heads + slot, i] = batch[u] * inv * np.float32(q_scale)
                     else:
                         k[r * heads + slot - heads, i] = batch[u] * inv * np.float32(1.0)
     else:
-        for i in range(t, v.shape[1], NORM_THREADS):
+        for i in range(t, v.shape[1], threads):
             v[r, i] = conv[r, 2 * heads * dk + i]
-        for h in range(t, b.shape[1], NORM_THREADS):  # the gates of value head h
+        for h in range(t, b.shape[1], threads):  # the gates of value head h
             g = -exp32(a_log[h]) * softplus32(a[r, h] + dt_bias[h])
             decay[r, h] = exp32(g)
             beta[r, h] = sigmoid32(b[r, h])
@@ -187,8 +187,8 @@ def scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stre
     v = cuda.device_array((rows, conv.shape[1] - 2 * heads * dk), np.float32, stream=stream)
     decay = cuda.device_array(b.shape, np.float32, stream=stream)
     beta = cuda.device_array(b.shape, np.float32, stream=stream)
-    scan_inputs_kernel[rows * (2 * heads + 1), NORM_THREADS, stream](conv, b, a, a_log, dt_bias, heads, eps, q_scale,
-                                                                     q, k, v, decay, beta)
+    scan_inputs_kernel[rows * (2 * heads + 1), rmsnorm.THREADS, stream](conv, b, a, a_log, dt_bias, heads, eps,
+                                                                        q_scale, q, k, v, decay, beta)
     return q.reshape(rows, heads, dk), k.reshape(rows, heads, dk), v, decay, beta
 
 
