@@ -102,6 +102,7 @@ class NumpyBackend:
     scan_inputs = staticmethod(deltanet.scan_inputs)
     deltanet_apply = staticmethod(deltanet.deltanet_apply)
     rope = staticmethod(rotary.rope)
+    norm_rope = staticmethod(rotary.norm_rope)
     kv_compact = staticmethod(attention.kv_compact)
     kv_write = staticmethod(attention.kv_write)
     add = staticmethod(elementwise.add)
@@ -298,6 +299,10 @@ class CudaBackend:
     def rope(self, x, positions, rotary_dim, theta):
         return rotary.rope_launch(x, self._device(as_int32(positions)), rotary_dim, theta,
                                 stream=self.stream)
+
+    def norm_rope(self, q_and_gate, k, q_multiplier, k_multiplier, eps, positions, rotary_dim, theta):
+        return rotary.norm_rope_launch(q_and_gate, k, q_multiplier, k_multiplier, eps,
+                                       self._device(as_int32(positions)), rotary_dim, theta, stream=self.stream)
 
     def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None, max_keys=None):
         """n_keys on the host or the device; path_slots, like the other index maps, a device array. The partials

@@ -27,13 +27,23 @@ every position below 262144 at the released setting, none differed on an H200).
 Mapping (the kernel): one thread per (row, head, pair j). It computes the pair's cos and sin from the row's
 position and inv_freq[j] (no cos/sin table is uploaded), rotates its two elements, and copies the pass-through
 dims R + j, R + j + R/2, ... of its head.
+
+The attention layer's queries and keys are normalised per head and then rotated: `norm_rope` does both, for q and
+k, in one launch (it was five: the query's take_last, two RMSNorms, two RoPEs; about 14 us of each attention layer
+at one stream). Mapping: a block of rmsnorm.THREADS threads per (row, query or key head); the block normalises its
+head with rmsnorm's tree and keeps it in shared memory, then thread j rotates pair j and the rest copy the
+pass-through dims, the arithmetic of `rope_kernel`.
 """
 import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
+from . import rmsnorm as norm  # its THREADS read through the module when a launch is sized: tests patch it
 from .common import BLOCK, blocks_for, swap_rows, to_host
 from .launch import kernel
+from .rmsnorm import block_inverse_rms, thread_squares
+
+MAX_HEAD_DIM = 256  # the longest head norm_rope holds in shared memory (Qwen3.5: 256)
 
 
 def inverse_frequencies(rotary_dim, theta):
@@ -71,8 +81,17 @@ def rope(x, positions, rotary_dim, theta):
     return out
 
 
+def norm_rope(q_and_gate, k, q_multiplier, k_multiplier, eps, positions, rotary_dim, theta):
+    """The attention layer's queries and keys as its partials read them: q from the query half of each head of
+    q_proj's output [rows, heads, 2 hd], k [rows, kv_heads, hd]; each head RMS-normalised with its multiplier, then
+    rotated at its row's position."""
+    hd = k.shape[2]
+    q = rope(norm.rmsnorm(q_and_gate[:, :, :hd], q_multiplier, eps), positions, rotary_dim, theta)
+    return q, rope(norm.rmsnorm(k, k_multiplier, eps), positions, rotary_dim, theta)
+
+
 # --- the kernels --------------------------------------------------------------------------------------------------
-# Thread i owns pair j of head h of row r, with i = (r * heads + h) * (R / 2) + j.
+# rope_kernel: thread i owns pair j of head h of row r, with i = (r * heads + h) * (R / 2) + j.
 
 @kernel
 def rope_kernel(x, positions, inv_freq, y):
@@ -89,22 +108,63 @@ def rope_kernel(x, positions, inv_freq, y):
             y[r, h, k] = x[r, h, k]
 
 
+@kernel
+def norm_rope_kernel(q_and_gate, k, q_multiplier, k_multiplier, eps, positions, inv_freq, q_out, k_out):
+    """Block (row r, slot): slots 0 .. heads - 1 are row r's query heads, the rest its key heads. q_and_gate comes
+    as [rows * heads, 2 hd], q_out as [rows * heads, hd], k and k_out as [rows * kv_heads, hd]."""
+    rows, hd = positions.shape[0], k_out.shape[1]
+    heads, kv_heads = q_out.shape[0] // rows, k_out.shape[0] // rows
+    slots, t, threads = heads + kv_heads, cuda.threadIdx.x, cuda.blockDim.x  # norm.THREADS threads
+    r, slot = cuda.blockIdx.x // slots, cuda.blockIdx.x % slots
+    head = cuda.shared.array(MAX_HEAD_DIM, np.float32)  # the normalised head
+    if slot < heads:
+        source, n, multiplier, out = q_and_gate, r * heads + slot, q_multiplier, q_out
+    else:
+        source, n, multiplier, out = k, r * kv_heads + slot - heads, k_multiplier, k_out
+    inv = block_inverse_rms(thread_squares(source, n, 0, hd, t), t, hd, eps, True)
+    for i in range(t, hd, threads):
+        head[i] = source[n, i] * inv * multiplier[i]
+    cuda.syncthreads()  # the whole head is normalised before any pair is rotated
+    half = inv_freq.size
+    for j in range(t, half, threads):
+        cos, sin = rope_cos_sin(positions[r], inv_freq[j])
+        out[n, j] = rotate32(head[j], cos, head[j + half], -sin)
+        out[n, j + half] = rotate32(head[j + half], cos, head[j], sin)
+    for i in range(2 * half + t, hd, threads):  # the pass-through dims
+        out[n, i] = head[i]
+
+
 _FREQUENCIES = {}  # (rotary_dim, theta) -> inverse_frequencies on the device, uploaded on first use
 
 
-def rope_launch(x, positions, rotary_dim, theta, stream=0):
-    """x [rows, heads, head_dim] and positions [rows] (int) on the device; returns the rotated copy.
-
-    The first call for a (rotary_dim, theta) uploads its inverse frequencies (R/2 float64 values); later calls,
-    a captured CUDA graph's among them, reuse them.
-    """
+def frequencies(rotary_dim, theta, stream=0):
+    """inverse_frequencies on the device. The first call for a (rotary_dim, theta) uploads them (R/2 float64
+    values); later calls, a captured CUDA graph's among them, reuse them."""
     key = (int(rotary_dim), float(theta))
     if key not in _FREQUENCIES:
         _FREQUENCIES[key] = cuda.to_device(inverse_frequencies(rotary_dim, theta), stream=stream)
+    return _FREQUENCIES[key]
+
+
+def rope_launch(x, positions, rotary_dim, theta, stream=0):
+    """x [rows, heads, head_dim] and positions [rows] (int) on the device; returns the rotated copy."""
     y = cuda.device_array(tuple(x.shape), np.float32, stream=stream)
     threads = x.shape[0] * x.shape[1] * (rotary_dim // 2)
-    rope_kernel[blocks_for(threads), BLOCK, stream](x, positions, _FREQUENCIES[key], y)
+    rope_kernel[blocks_for(threads), BLOCK, stream](x, positions, frequencies(rotary_dim, theta, stream), y)
     return y
+
+
+def norm_rope_launch(q_and_gate, k, q_multiplier, k_multiplier, eps, positions, rotary_dim, theta, stream=0):
+    """norm_rope on the device: q_and_gate [rows, heads, 2 hd], k [rows, kv_heads, hd], the multipliers [hd] and
+    positions [rows] (int); returns (q [rows, heads, hd], k [rows, kv_heads, hd]), new arrays, one launch."""
+    rows, heads, kv_heads, hd = k.shape[0], q_and_gate.shape[1], k.shape[1], k.shape[2]
+    assert hd <= MAX_HEAD_DIM, f"a head of {hd} > MAX_HEAD_DIM = {MAX_HEAD_DIM}"
+    q_out = cuda.device_array((rows * heads, hd), np.float32, stream=stream)
+    k_out = cuda.device_array((rows * kv_heads, hd), np.float32, stream=stream)
+    norm_rope_kernel[rows * (heads + kv_heads), norm.THREADS, stream](
+        q_and_gate.reshape(rows * heads, 2 * hd), k.reshape(rows * kv_heads, hd), q_multiplier, k_multiplier, eps,
+        positions, frequencies(rotary_dim, theta, stream), q_out, k_out)
+    return q_out.reshape(rows, heads, hd), k_out.reshape(rows, kv_heads, hd)
 
 
 # --- the contract -------------------------------------------------------------------------------------------------
@@ -130,8 +190,39 @@ def _launch(x, positions, rotary_dim, theta):
     return to_host(rope_launch(cuda.to_device(x), cuda.to_device(np.asarray(positions, np.int32)), rotary_dim, theta))
 
 
+def _norm_rope_cases(mode, rng):
+    """(rows, heads, kv heads, head_dim, rotary_dim, theta): in the simulator a head wider than the block and one
+    all rotated; on GPU the 2B's attention at 1, 16 and 128 rows, the 4B's heads, odd sizes."""
+    if mode == "sim":
+        shapes = [(3, 2, 1, 16, 8, 1e7), (2, 1, 1, 136, 8, 1e4), (2, 2, 2, 8, 8, 1e4)]
+    else:
+        shapes = [(1, 8, 2, 256, 64, 1e7), (16, 8, 2, 256, 64, 1e7), (128, 8, 2, 256, 64, 1e7),
+                  (16, 16, 4, 256, 64, 1e7), (17, 4, 1, 128, 128, 1e4), (5, 3, 3, 40, 8, 1e7)]
+    cases = []
+    for rows, heads, kv_heads, hd, rotary_dim, theta in shapes:
+        positions = rng.integers(0, 262144, rows)
+        positions[:min(rows, 3)] = [0, 1, 4095][:min(rows, 3)]
+        cases.append((f"{rows}x{heads}+{kv_heads}x{hd}/R{rotary_dim}", {
+            "q_and_gate": rng.normal(size=(rows, heads, 2 * hd)).astype(np.float32),
+            "k": rng.normal(size=(rows, kv_heads, hd)).astype(np.float32),
+            "q_multiplier": (1 + rng.normal(size=hd) * 0.3).astype(np.float32),
+            "k_multiplier": (1 + rng.normal(size=hd) * 0.3).astype(np.float32),
+            "eps": 1e-6, "positions": positions, "rotary_dim": rotary_dim, "theta": theta}))
+    return cases
+
+
+def _norm_rope_launch(q_and_gate, k, q_multiplier, k_multiplier, eps, positions, rotary_dim, theta):
+    return to_host(norm_rope_launch(*(cuda.to_device(a) for a in (q_and_gate, k, q_multiplier, k_multiplier)), eps,
+                                    cuda.to_device(np.asarray(positions, np.int32)), rotary_dim, theta))
+
+
 CONTRACT = [
     KernelCheck("rope", rope, _launch, _cases,
                 {"off-by-one position": lambda i: {**i, "positions": i["positions"] + 1},
                  "two swapped rows": swap_rows("x")}),
+    KernelCheck("norm_rope", norm_rope, _norm_rope_launch, _norm_rope_cases,
+                {"off-by-one position": lambda i: {**i, "positions": i["positions"] + 1},
+                 "two swapped rows": swap_rows("q_and_gate"), "eps off by a factor of ten":
+                 lambda i: {**i, "eps": i["eps"] * 10},
+                 "the query norm's multiplier for the keys": lambda i: {**i, "k_multiplier": i["q_multiplier"]}}),
 ]

@@ -469,11 +469,10 @@ class Qwen35:
         positions = inputs.positions
         q_and_gate, k, v = self.project(x, p)
         q_and_gate = q_and_gate.reshape(rows, heads, 2 * hd)  # per head: query, gate
-        q = ops.take_last(q_and_gate, 0, hd)
         gate = ops.take_last(q_and_gate, hd, 2 * hd).reshape(rows, heads * hd)
         k, v = k.reshape(rows, kv_heads, hd), v.reshape(rows, kv_heads, hd)
-        q = ops.rope(ops.rmsnorm(q, w[p + "q_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
-        k = ops.rope(ops.rmsnorm(k, w[p + "k_norm.weight"], c.rms_norm_eps), positions, c.rotary_dim, c.rope_theta)
+        q, k = ops.norm_rope(q_and_gate, k, w[p + "q_norm.weight"], w[p + "k_norm.weight"], c.rms_norm_eps, positions,
+                             c.rotary_dim, c.rope_theta)  # each head normalised, then rotated
         out = ops.empty((rows, heads, hd))
         with ops.side_by_side(len(windows)) as lanes:
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):  # each row reads its stream's keys, then its path's
