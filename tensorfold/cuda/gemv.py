@@ -19,10 +19,10 @@ through the SM, and the mapping is chosen for it:
 * one row (a decode step, affine weights): `affine_row_kernel`, a warp computes 4 outputs, each x value it loads
   feeds the four, and it loads 4 chunks of each output (codes, scale, bias) before it multiplies any, so 16 loads
   are in flight; each weight is dequantized where it is used, once;
-* several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs (4 in a
-  call with warps to spare), so each dequantized weight feeds every row of the tile and each x value every output; x is laid out in *pair walk order*
-  (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's 32 loads are one coalesced
-  256-byte line;
+* several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs (4 in a call
+  with warps to spare), so each dequantized weight feeds every row of the tile and each x value every output; x is
+  laid out in *pair walk order* (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's
+  32 loads are one coalesced 256-byte line;
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
   128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512;
 * registers: accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled
@@ -151,19 +151,19 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 #   scales and biases, held as stored and dequantized where each weight is used. x is read as it is: one row of x
 #   stays in L1. A float weight's one-row call takes the tile kernel with a tile of one row.
 # * Several rows (`gemv_kernel`, tiles of 4 or 8 rows; blockIdx.y runs over the tiles): each dequantized weight
-#   feeds every row of the tile, so the multiply-adds and the loads of x decide the speed. A warp computes OUTPUTS
-#   = 2 outputs and takes one chunk a step: it holds the chunk of each output as stored (the format's `hold`),
-#   then for each pair of columns loads the tile's x values, and for each column dequantizes the outputs' weights
-#   (`weight`) and makes the multiply-adds. An affine call whose warps would still number WIDE_WARPS at
-#   WIDE_OUTPUTS = 4 outputs a warp takes 4: each x load then feeds twice the multiply-adds, and the call has
-#   warps enough to keep the SMs busy with half as many (at 16 rows the head went from 1,096 to 1,015 us, the 2B's
-#   12,288 x 2,048 from 59.5 to 58.0; 2,048 x 6,144, which would have 1,024 warps, from 31.3 to 37.6, so it
-#   keeps 2; at 128 rows every 2B projection gained 3 to 8 %). (Dequantizing the whole chunk into CHUNK floats an output first took
-#   6 to 14 % longer at 16 rows: docs/receipts/2026-11-30-h200-chains.md, section 2.) x is laid out in *pair
-#   walk order* (`walk_x`, one small launch per GEMV): a thread's columns e and e + 1 are neighbours, and
-#   neighbouring threads' pairs are neighbours, so one 8-byte load (x viewed as uint64) brings two columns, and a
-#   warp's 32 loads are one coalesced 256-byte line. Half the load instructions of one float at a time: at 16 rows
-#   the kernel took 38 to 55 % less time (docs/receipts/2026-11-30-h200-stacked.md, section 1).
+#   feeds every row of the tile, so the multiply-adds and the loads of x decide the speed. A warp computes OUTPUTS = 2
+#   outputs and takes one chunk a step: it holds the chunk of each output as stored (the format's `hold`), then for each
+#   pair of columns loads the tile's x values, and for each column dequantizes the outputs' weights (`weight`) and makes
+#   the multiply-adds. An affine call whose warps would still number WIDE_WARPS at WIDE_OUTPUTS = 4 outputs a warp takes
+#   4: each x load then feeds twice the multiply-adds, and the call has warps enough to keep the SMs busy with half as
+#   many (at 16 rows the head went from 1,096 to 1,015 us, the 2B's 12,288 x 2,048 from 59.5 to 58.0; 2,048 x 6,144,
+#   which would have 1,024 warps, from 31.3 to 37.6, so it keeps 2; at 128 rows every 2B projection gained 3 to 8 %).
+#   (Dequantizing the whole chunk into CHUNK floats an output first took 6 to 14 % longer at 16 rows:
+#   docs/receipts/2026-11-30-h200-chains.md, section 2.) x is laid out in *pair walk order* (`walk_x`, one small launch
+#   per GEMV): a thread's columns e and e + 1 are neighbours, and neighbouring threads' pairs are neighbours, so one
+#   8-byte load (x viewed as uint64) brings two columns, and a warp's 32 loads are one coalesced 256-byte line. Half the
+#   load instructions of one float at a time: at 16 rows the kernel took 38 to 55 % less time
+#   (docs/receipts/2026-11-30-h200-stacked.md, section 1).
 #
 # Both kernels end in `tree_writer`'s sums, written where `output_index` says: y [rows, out_features], or, for a
 # GEMV over stacked projections (qwen35.PROJECTIONS), each projection's outputs as a whole [rows, width] array of

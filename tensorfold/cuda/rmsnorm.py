@@ -159,9 +159,10 @@ def add_rmsnorm_kernel(h, delta, multiplier, eps, total, y):
 
     A row of at most THREADS * LOADS elements (every Qwen3.5 up to 2B) is one batch a thread: the sums stay in
     registers from the add to the scaling, and the multiplier's loads are in flight with h's and delta's, so the
-    kernel waits on memory once (it waited three times, writing total and reading it back twice: on an H200 a
-    launch at one row took 4.9 us instead of 5.5, and the 47 of a 2B decode round 253 us instead of 269). A longer row goes pass by pass through total; each thread reads back only the elements
-    it wrote (the same t, t + THREADS, ... in every pass), so no barrier is needed between the add and the norm."""
+    kernel waits on memory once (it waited three times, writing total and reading it back twice: on an H200 a launch
+    at one row took 4.9 us instead of 5.5, and the 47 of a 2B decode round 252 us instead of 269). A longer row goes
+    pass by pass through total; each thread reads back only the elements it wrote (the same t, t + THREADS, ... in
+    every pass), so no barrier is needed between the add and the norm."""
     n, t = cuda.blockIdx.x, cuda.threadIdx.x
     width = h.shape[1]
     batch, more = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)

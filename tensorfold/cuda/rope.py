@@ -28,11 +28,11 @@ Mapping (the kernel): one thread per (row, head, pair j). It computes the pair's
 position and inv_freq[j] (no cos/sin table is uploaded), rotates its two elements, and copies the pass-through
 dims R + j, R + j + R/2, ... of its head.
 
-The attention layer's queries and keys are normalised per head and then rotated: `norm_rope` does both, for q and
-k, in one launch (it was five: the query's take_last, two RMSNorms, two RoPEs, about 18 us of each attention
-layer at one stream on an H200, where `norm_rope` takes 6.4 us). Mapping: a block of rmsnorm.THREADS threads per (row, query or key head); the block normalises its
-head with rmsnorm's tree and keeps it in shared memory, then thread j rotates pair j and the rest copy the
-pass-through dims, the arithmetic of `rope_kernel`.
+The attention layer's queries and keys are normalised per head and then rotated: `norm_rope` does both, for q and k,
+in one launch (it was five: the query's take_last, two RMSNorms, two RoPEs, about 18 us of each attention layer at
+one stream on an H200, where `norm_rope` takes 6.4 us). Mapping: a block of rmsnorm.THREADS threads per (row, query
+or key head); the block normalises its head with rmsnorm's tree and keeps it in shared memory, then thread j rotates
+pair j and the rest copy the pass-through dims, the arithmetic of `rope_kernel`.
 """
 import numpy as np
 from numba import cuda
