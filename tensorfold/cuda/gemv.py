@@ -16,9 +16,9 @@ The kernels (the section "the kernels" below has the details and the measurement
 WARPS = 4 warps, each output THREADS = 32 threads (a warp). A GEMV is bound by how fast it moves weights and x
 through the SM, and the mapping is chosen for it:
 
-* one row (a decode step, affine weights): `affine_row_kernel`, a warp computes 4 outputs, each x value it loads
-  feeds the four, and it loads 4 chunks of each output (codes, scale, bias) before it multiplies any, so 16 loads
-  are in flight; each weight is dequantized where it is used, once;
+* one row (a decode step, affine weights): `affine_row_kernel`, a warp computes 4 outputs (2 in a call of few
+  warps), each x value it loads feeds them all, and it loads 4 chunks of each output (8 of 2) before it multiplies
+  any, so 16 words of codes are in flight; each weight is dequantized where it is used, once;
 * several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs (4 in a call
   with warps to spare), so each dequantized weight feeds every row of the tile and each x value every output; x is
   laid out in *pair walk order* (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's
@@ -148,8 +148,14 @@ def gemv_affine(x, packed, scales, biases, bits, group_size):
 # * One row (`affine_row_kernel`, for the affine formats of a decode round): each weight is used once, so the
 #   kernel's job is to keep loads of codes in flight. A warp computes ROW_OUTPUTS = 4 outputs (each x value it
 #   loads feeds four) and loads ROW_STEP = 4 chunks of each before it multiplies: 16 words of codes, with their
-#   scales and biases, held as stored and dequantized where each weight is used. x is read as it is: one row of x
-#   stays in L1. A float weight's one-row call takes the tile kernel with a tile of one row.
+#   scales and biases, held as stored and dequantized where each weight is used. A call of fewer than
+#   ROW_WIDE_WARPS such warps (the 2B's 2,048- and 6,144-output projections) takes NARROW_OUTPUTS = 2 outputs and
+#   NARROW_STEP = 8 chunks: as many loads in flight a warp, and twice the warps. Measured with every call reading
+#   weights no earlier call left in L2, as in a decode round: 2,048 x 6,144 went from 19.7 to 11.1 us, 2,048 x
+#   2,048 from 9.1 to 6.0, 6,144 x 2,048 from 10.2 to 8.5; 12,288 x 2,048 took 12.6 us with 4 outputs a warp, 14.2
+#   with 2, and the head 172 against 191. (Timed on weights left in L2 by the call before, the small calls had
+#   looked best with 4 outputs: 5.9 against 6.1 us for 2,048 x 2,048.) x is read as it is, two columns a uint64
+#   load: one row of x stays in L1. A float weight's one-row call takes the tile kernel with a tile of one row.
 # * Several rows (`gemv_kernel`, tiles of 4 or 8 rows; blockIdx.y runs over the tiles): each dequantized weight
 #   feeds every row of the tile, so the multiply-adds and the loads of x decide the speed. A warp computes OUTPUTS = 2
 #   outputs and takes one chunk a step: it holds the chunk of each output as stored (the format's `hold`), then for each
@@ -188,8 +194,11 @@ OUTPUTS = 2  # outputs a warp of the tile kernel computes: each x load feeds bot
 WIDE_OUTPUTS = 4  # outputs a warp of an affine call that has warps to spare
 WIDE_WARPS = 4096  # the warps such a call has at WIDE_OUTPUTS outputs a warp, at least (31 an SM of an H200)
 TILES = (1, 4, 8)  # rows a block of the tile kernel holds: the least that holds a call's rows, 8 past that
-ROW_OUTPUTS = 4  # outputs a warp of the one-row kernel computes
-ROW_STEP = 4  # chunks of each output the one-row kernel loads before it multiplies
+ROW_OUTPUTS = 4  # outputs a warp of the one-row kernel computes, in a call of ROW_WIDE_WARPS warps or more
+ROW_STEP = 4  # chunks of each output it then loads before it multiplies
+ROW_WIDE_WARPS = 2048  # (8,192 outputs: the 2B's stacked projections and head)
+NARROW_OUTPUTS = 2  # outputs a warp and chunks a step of a one-row call with fewer warps: twice the warps, and as
+NARROW_STEP = 8  # many loads in flight a warp
 WARPS = 4  # warps a block
 
 
@@ -238,10 +247,12 @@ def bf16_bits_to_f32(bits):
 # column e's float32 weight comes out of it (`weight`): a weight is dequantized where the kernel multiplies it, once
 # a tile, and a chunk of 4-bit codes costs one word and a scale and bias in registers, not CHUNK floats an output.
 # `*_format(bits, group_size)` builds a format's pair with its constants and returns a `WeightFormat`:
-# `hold(data, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful)` puts output o's chunk into
+# `hold(data, scales, biases, row, group_row, chunk, columns, words, floats, j, careful)` puts an output's chunk into
 # words[j * WORDS:] (uint32) and floats[j * FLOATS:] (float32); `weight(words, floats, j, e)` is column e's weight.
-# `data` is the flat weight (`width` entries a row), `scales` and `biases` flat [out * groups] (the float formats
-# ignore them). `careful`: the chunk may reach past the last column, whose weight is then reloaded (nothing adds it).
+# `data` is the flat weight, the output's row starting at `row`; `scales` and `biases` are flat [out * groups], its
+# groups starting at `group_row` (the float formats ignore them); `row`, `group_row` and `chunk` are unsigned (the
+# kernel finds an output's rows once, and a chunk's group is then a shift). `careful`: the chunk may reach past the
+# last column, whose weight is then reloaded (nothing adds it).
 # `whole_chunks`: the format's column counts are multiples of CHUNK, so its kernels compile without any check.
 
 WeightFormat = collections.namedtuple("WeightFormat", "words floats hold weight whole_chunks")
@@ -250,10 +261,12 @@ WeightFormat = collections.namedtuple("WeightFormat", "words floats hold weight 
 def f32_format(bits, group_size):
     """float32 as stored: the chunk's CHUNK floats."""
     @cuda.jit(device=True)
-    def hold(weight, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful):
+    def hold(weight, scales, biases, row, group_row, chunk, columns, words, floats, j, careful):
         for e in range(CHUNK):
-            column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
-            floats[j * CHUNK + e] = weight[np.uint64(o * width + column)]
+            column = chunk * np.uint64(CHUNK) + np.uint64(e)
+            if careful:
+                column = min(column, np.uint64(columns - 1))
+            floats[j * CHUNK + e] = weight[row + column]
 
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
@@ -264,10 +277,12 @@ def f32_format(bits, group_size):
 def bf16_format(bits, group_size):
     """bf16: the chunk's CHUNK stored 16 bits, each widened to float32 where it is used, exactly."""
     @cuda.jit(device=True)
-    def hold(weight_bits, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful):
+    def hold(weight_bits, scales, biases, row, group_row, chunk, columns, words, floats, j, careful):
         for e in range(CHUNK):
-            column = min(chunk * CHUNK + e, columns - 1) if careful else chunk * CHUNK + e
-            words[j * CHUNK + e] = weight_bits[np.uint64(o * width + column)]
+            column = chunk * np.uint64(CHUNK) + np.uint64(e)
+            if careful:
+                column = min(column, np.uint64(columns - 1))
+            words[j * CHUNK + e] = weight_bits[row + column]
 
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
@@ -283,11 +298,11 @@ def affine_format(bits, group_size):
     chunks_per_group = group_size // CHUNK
 
     @cuda.jit(device=True)
-    def hold(packed, width, scales, biases, groups, o, chunk, columns, words, floats, j, careful):
-        g = np.uint64(o * groups + chunk // chunks_per_group)
+    def hold(packed, scales, biases, row, group_row, chunk, columns, words, floats, j, careful):
+        g = group_row + chunk // np.uint64(chunks_per_group)
         floats[2 * j], floats[2 * j + 1] = scales[g], biases[g]
         for w in range(words_a_chunk):
-            words[j * words_a_chunk + w] = packed[np.uint64(o * width + chunk * words_a_chunk + w)]
+            words[j * words_a_chunk + w] = packed[row + chunk * np.uint64(words_a_chunk) + np.uint64(w)]
 
     @cuda.jit(device=True)
     def weight(words, floats, j, e):  # element e of a word sits at bit bits * e
@@ -368,12 +383,14 @@ def gemv_kernel(weight_format, rows, per_warp):
         words = cuda.local.array(held_words, np.uint32)  # the chunk of each output, as stored
         floats = cuda.local.array(held_floats, np.float32)
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
-        outputs = cuda.local.array(per_warp, np.int64)  # the warp's outputs (past the last: the last)
+        weight_rows = cuda.local.array(per_warp, np.uint64)  # where each output's row starts in `data`
+        group_rows = cuda.local.array(per_warp, np.uint64)  # and its scales and biases (past the last: the last)
         x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
         for j in range(per_warp):
-            outputs[j] = min(base + j, out_features - 1)
+            output = np.uint64(min(base + j, out_features - 1))
+            weight_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
         for r in range(rows):
             x_rows[r] = (first + min(r, live - 1)) * pairs_width
         if base < out_features:  # a warp past the last output only joins the tree
@@ -382,7 +399,8 @@ def gemv_kernel(weight_format, rows, per_warp):
             for c in range(t, chunks, THREADS):
                 careful = not whole_chunks and c >= interior  # a chunk cut short: check its columns
                 for j in range(per_warp):
-                    hold(data, width, scales, biases, groups, outputs[j], c, columns, words, floats, j, careful)
+                    hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(c), columns, words, floats, j,
+                         careful)
                 round_pairs = (c - t) * (CHUNK // 2)  # where the chunk's round starts, in pairs
                 for e in range(CHUNK):
                     if e % 2 == 0:  # columns e and e + 1 of each row, one load (zero past the last column)
@@ -401,50 +419,83 @@ def gemv_kernel(weight_format, rows, per_warp):
     return gemv_tile_kernel
 
 
-def affine_row_kernel(bits, group_size):
-    """The one-row kernel for an affine format: each warp's ROW_OUTPUTS outputs, ROW_STEP chunks of each loaded
-    as stored (codes, scale, bias) before any is used, each weight dequantized with fma_rn(scale, code, bias)
-    where it is multiplied. Affine weights have whole chunks (the column count is a multiple of the group size)."""
+def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_step=ROW_STEP):
+    """The one-row kernel for an affine format: each warp's `outputs_a_warp` outputs, `chunks_a_step` chunks of each
+    loaded as stored (codes, scale, bias) before any is used, each weight dequantized with fma_rn(scale, code, bias)
+    where it is multiplied. Affine weights have whole chunks (the column count is a multiple of the group size).
+
+    The loop is all loads, conversions and multiply-adds: each output's first word of codes and first group are
+    found once (`code_rows`, `group_rows`), so that a step's loads sit at constant offsets from one index an output,
+    and the steps whose chunks all exist (`step` with `careful` false) check nothing; the last step, which may
+    reach past the last chunk, is the same code with the checks (`careful` true, a constant the compiler folds)."""
     words, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
     chunks_per_group = group_size // CHUNK
-    step_chunks, step_words = ROW_OUTPUTS * ROW_STEP, ROW_OUTPUTS * ROW_STEP * words
-    write_sums = tree_writer(1, ROW_OUTPUTS)
+    assert THREADS % chunks_per_group == 0, "the chunks THREADS apart are whole groups apart"
+    groups_a_stride = THREADS // chunks_per_group  # groups between chunk c and chunk c + THREADS
+    step_chunks, step_words = outputs_a_warp * chunks_a_step, outputs_a_warp * chunks_a_step * words
+    pairs_a_chunk = CHUNK // 2  # x is read as uint64: two columns a load, the first in the low half
+    write_sums = tree_writer(1, outputs_a_warp)
+
+    @cuda.jit(device=True)
+    def step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks, careful):
+        """Chunks c, c + THREADS, ..., c + (chunks_a_step - 1) * THREADS of each output: loaded, then multiplied. With
+        `careful`, a chunk past the last is loaded as the last one and not multiplied."""
+        first_group = np.uint64(c) // np.uint64(chunks_per_group)  # unsigned, so a shift
+        for j in range(outputs_a_warp):  # the step's chunks as stored
+            for i in range(chunks_a_step):
+                n = j * chunks_a_step + i
+                if careful:
+                    chunk = np.uint64(min(c + i * THREADS, chunks - 1))
+                    g = group_rows[j] + chunk // np.uint64(chunks_per_group)
+                    at = code_rows[j] + chunk * np.uint64(words)
+                else:  # constant offsets from the step's first chunk
+                    g = group_rows[j] + first_group + np.uint64(i * groups_a_stride)
+                    at = code_rows[j] + np.uint64(c * words) + np.uint64(i * THREADS * words)
+                scale[n], bias[n] = scales[g], biases[g]
+                for w in range(words):
+                    held[n * words + w] = packed[at + np.uint64(w)]
+        for i in range(chunks_a_step):
+            if not careful or c + i * THREADS < chunks:
+                pairs = np.uint64(c * pairs_a_chunk) + np.uint64(i * THREADS * pairs_a_chunk)
+                for e in range(CHUNK):
+                    if e % 2 == 0:  # columns e and e + 1, one load
+                        pair = x_pairs[pairs + np.uint64(e // 2)]
+                        xs[0] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))
+                        xs[1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
+                    value = xs[e % 2]
+                    for j in range(outputs_a_warp):
+                        n = j * chunks_a_step + i
+                        code = (held[n * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
+                        acc[j] = fma_rn(fma_rn(scale[n], np.float32(code), bias[n]), value, acc[j])
 
     @kernel
-    def gemv_row_kernel(x, columns, packed, width, scales, biases, groups, y, rows_total, out_features, end1, end2,
-                        end3):
+    def gemv_row_kernel(x_pairs, columns, packed, width, scales, biases, groups, y, rows_total, out_features, end1,
+                        end2, end3):
         warp, t = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS
-        base = (cuda.blockIdx.x * WARPS + warp) * ROW_OUTPUTS  # the warp's first output
-        acc = cuda.local.array(ROW_OUTPUTS, np.float32)
-        held = cuda.local.array(step_words, np.uint32)  # chunk n = j * ROW_STEP + i: words held[n * words:]
+        base = (cuda.blockIdx.x * WARPS + warp) * outputs_a_warp  # the warp's first output
+        acc = cuda.local.array(outputs_a_warp, np.float32)
+        held = cuda.local.array(step_words, np.uint32)  # chunk n = j * chunks_a_step + i: words held[n * words:]
         scale = cuda.local.array(step_chunks, np.float32)  # chunk n's group's scale and bias
         bias = cuda.local.array(step_chunks, np.float32)
-        outputs = cuda.local.array(ROW_OUTPUTS, np.int64)  # the warp's outputs (past the last: the last)
-        for j in range(ROW_OUTPUTS):
+        code_rows = cuda.local.array(outputs_a_warp, np.uint64)  # where each output's codes start in `packed`
+        group_rows = cuda.local.array(outputs_a_warp, np.uint64)  # and its scales and biases (past the last: the last)
+        xs = cuda.local.array(2, np.float32)  # a pair of columns of x
+        for j in range(outputs_a_warp):
             acc[j] = 0
-            outputs[j] = min(base + j, out_features - 1)
+            output = np.uint64(min(base + j, out_features - 1))
+            code_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
         if base < out_features:  # a warp past the last output only joins the tree
             chunks = columns // CHUNK
-            interior = chunks - (ROW_STEP - 1) * THREADS  # a step from a chunk before this has every chunk
-            for c in range(t, chunks, ROW_STEP * THREADS):  # the step's chunks: c, c + THREADS, ...
-                careful = c >= interior  # the step reaches past the last chunk (which it reloads, and skips)
-                for j in range(ROW_OUTPUTS):  # the step's chunks as stored
-                    for i in range(ROW_STEP):
-                        chunk = min(c + i * THREADS, chunks - 1) if careful else c + i * THREADS
-                        n = j * ROW_STEP + i
-                        g = np.uint64(outputs[j] * groups + chunk // chunks_per_group)
-                        scale[n], bias[n] = scales[g], biases[g]
-                        for w in range(words):
-                            held[n * words + w] = packed[np.uint64(outputs[j] * width + chunk * words + w)]
-                for i in range(ROW_STEP):
-                    if not careful or c + i * THREADS < chunks:
-                        for e in range(CHUNK):
-                            value = x[np.uint64((c + i * THREADS) * CHUNK + e)]
-                            for j in range(ROW_OUTPUTS):
-                                n = j * ROW_STEP + i
-                                code = (held[n * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
-                                acc[j] = fma_rn(fma_rn(scale[n], np.float32(code), bias[n]), value, acc[j])
-        partial = cuda.shared.array((WARPS, ROW_OUTPUTS, THREADS), np.float32)
+            interior = chunks - (chunks_a_step - 1) * THREADS  # a step from a chunk before this has every chunk
+            c = t
+            while c < interior:
+                step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks,
+                     False)
+                c += chunks_a_step * THREADS
+            if c < chunks:  # the last step reaches past the last chunk (which it reloads, and skips)
+                step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks,
+                     True)
+        partial = cuda.shared.array((WARPS, outputs_a_warp, THREADS), np.float32)
         write_sums(acc, partial, warp, t, base, 0, 1, y, rows_total, out_features, end1, end2, end3)
 
     return gemv_row_kernel
@@ -456,24 +507,27 @@ class GemvKernels:
 
     def __init__(self, weight_format, row_kernel=None, wide=False):
         self.weight_format = weight_format  # (bits, group_size) -> the format's WeightFormat
-        self.row_kernel = row_kernel  # (bits, group_size) -> its one-row kernel, or None
+        self.row_kernel = row_kernel  # (bits, group_size, outputs a warp, chunks a step) -> its one-row kernel, or None
         self.wide = wide  # whether a call with warps to spare takes WIDE_OUTPUTS outputs a warp (measured: affine)
-        self.shapes = {}  # (rows a block holds, outputs a warp (0: the one-row kernel), bits, group size) -> kernel
+        self.shapes = {}  # (rows a block holds (0: the one-row kernel), outputs a warp, bits, group size) -> kernel
 
     def for_call(self, rows, out_features, bits, group_size):
-        """(rows a block holds, outputs a warp, the kernel) for a call of `rows` rows; 0 outputs a warp is the
-        one-row kernel (ROW_OUTPUTS, x as it is), any other the tile kernel (x in pair walk order)."""
+        """(rows a block holds, outputs a warp, the kernel) for a call of `rows` rows; 0 rows a block is the one-row
+        kernel (x as it is), any other the tile kernel (x in pair walk order)."""
         tile = min((tile for tile in TILES if tile >= rows), default=max(TILES))  # the least that holds them
         if tile == 1 and self.row_kernel is not None:
-            per_warp = 0
+            tile, per_warp = 0, ROW_OUTPUTS if -(-out_features // ROW_OUTPUTS) >= ROW_WIDE_WARPS else NARROW_OUTPUTS
         else:
             tiles = -(-rows // tile)
             spare = self.wide and -(-out_features // WIDE_OUTPUTS) * tiles >= WIDE_WARPS
             per_warp = WIDE_OUTPUTS if spare else OUTPUTS
         key = (tile, per_warp, bits, group_size)
         if key not in self.shapes:
-            self.shapes[key] = (self.row_kernel(bits, group_size) if per_warp == 0 else
-                                gemv_kernel(self.weight_format(bits, group_size), tile, per_warp))
+            if tile == 0:
+                step = ROW_STEP if per_warp == ROW_OUTPUTS else NARROW_STEP
+                self.shapes[key] = self.row_kernel(bits, group_size, per_warp, step)
+            else:
+                self.shapes[key] = gemv_kernel(self.weight_format(bits, group_size), tile, per_warp)
         return tile, per_warp, self.shapes[key]
 
 
@@ -511,13 +565,13 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None):
     tile, per_warp, kernel_for_call = kernels.for_call(rows, out_features, bits, group_size)
     y = cuda.device_array(rows * out_features, np.float32, stream=stream)
     weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
-    if per_warp:
+    blocks = -(-out_features // (WARPS * per_warp))
+    if tile:
         pairs = launch_walk_x(x, stream).view(np.uint64)  # two float32 columns a uint64, the first in the low half
-        grid = (-(-out_features // (WARPS * per_warp)), -(-rows // tile))
-        kernel_for_call[grid, WARPS * THREADS, stream](flat(pairs), pairs.shape[1], x.shape[1], *weight)
-    else:
-        kernel_for_call[-(-out_features // (WARPS * ROW_OUTPUTS)), WARPS * THREADS, stream](flat(x), x.shape[1],
-                                                                                            *weight)
+        kernel_for_call[(blocks, -(-rows // tile)), WARPS * THREADS, stream](flat(pairs), pairs.shape[1], x.shape[1],
+                                                                            *weight)
+    else:  # x as it is, read as uint64: two float32 columns a load, the first in the low half
+        kernel_for_call[blocks, WARPS * THREADS, stream](flat(x).view(np.uint64), x.shape[1], *weight)
     if parts is None:
         return y.reshape(rows, out_features)
     starts = [0] + ends[:len(widths) - 1]
