@@ -88,8 +88,8 @@ class NumpyBackend:
         rows, after, log = deltanet.deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)
         return written(out, rows), written(state if in_place else None, after), log
 
-    def attention_merge(self, m, l, o, out=None):
-        return written(out, attention.attention_merge(m, l, o))
+    def attention_merge(self, m, l, o, out=None, gate=None):
+        return written(out, attention.attention_merge(m, l, o, gate))
 
     def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None, max_keys=None):
         """The twin, whose partials always hold the chunks of the largest n_keys (chunks beyond them would change
@@ -107,8 +107,6 @@ class NumpyBackend:
     kv_write = staticmethod(attention.kv_write)
     add = staticmethod(elementwise.add)
     silu_mul = staticmethod(elementwise.silu_mul)
-    sigmoid_mul = staticmethod(elementwise.sigmoid_mul)
-    take_last = staticmethod(elementwise.take_last)
     sample = staticmethod(sampling.sample)
     sample_rows = staticmethod(sampling.sample_rows)
 
@@ -159,6 +157,10 @@ class NumpyBackend:
         bounds = np.cumsum([0] + list(widths))
         y = self.linear(x, weight)
         return [np.ascontiguousarray(y[:, a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def swiglu(self, x, weight):
+        """SiLU(x @ gate.T) * (x @ up.T) for a weight that stacks the gate's rows, then the up's (gemv.swiglu)."""
+        return gemv.swiglu(self.linear(x, weight))
 
     def to_host(self, array) -> np.ndarray:
         return np.asarray(array)
@@ -255,6 +257,15 @@ class CudaBackend:
         kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
         return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, parts=widths)
 
+    def swiglu(self, x, weight):
+        """NumpyBackend.swiglu on the device: one GEMV whose warps hold each gate output beside its up output and
+        write SiLU(gate) * up (gemv.launch_gemv's `gated`)."""
+        if weight.kind == "affine":
+            return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
+                                    weight.biases, weight.bits, weight.group_size, stream=self.stream, gated=True)
+        kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
+        return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, gated=True)
+
     def embed(self, ids, weight):
         kernels = {"f32": gemv.embed_f32_kernel, "bf16": gemv.embed_bf16_kernel, "affine": gemv.embed_affine_kernel}
         args = (weight.data,) if weight.kind != "affine" else (weight.data, weight.scales, weight.biases,
@@ -276,12 +287,6 @@ class CudaBackend:
 
     def silu_mul(self, gate, up):
         return elementwise.launch_elementwise(elementwise.silu_mul_kernel, gate, up, stream=self.stream)
-
-    def sigmoid_mul(self, x, gate):
-        return elementwise.launch_elementwise(elementwise.sigmoid_mul_kernel, x, gate, stream=self.stream)
-
-    def take_last(self, x, start, stop):
-        return elementwise.take_last_launch(x, start, stop, stream=self.stream)
 
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, in_place=in_place, stream=self.stream)
@@ -314,8 +319,8 @@ class CudaBackend:
         return attention.attention_partial_launch(q, keys, values, n_keys, scale, committed, path_slots,
                                                   stream=self.stream, max_keys=max_keys)
 
-    def attention_merge(self, m, l, o, out=None):
-        return attention.attention_merge_launch(m, l, o, out=out, stream=self.stream)
+    def attention_merge(self, m, l, o, out=None, gate=None):
+        return attention.attention_merge_launch(m, l, o, out=out, gate=gate, stream=self.stream)
 
     def kv_compact(self, keys, values, committed, path):
         return attention.kv_compact_launch(keys, values, committed, path, stream=self.stream)

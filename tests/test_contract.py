@@ -36,7 +36,7 @@ def test_gemv_tiles_of_wide_warps(monkeypatch, on_gpu):
     monkeypatch.setattr(gemv, "WIDE_WARPS", 0)
     monkeypatch.setattr(gemv, "ROW_WIDE_WARPS", 0)
     checks = [c for c in CHECKS if c.name.startswith("gemv_affine")]
-    assert len(checks) == 3
+    assert len(checks) == 4
     for check in checks:
         result = run_check(check, "gpu" if on_gpu else "sim")
         assert result.cases > 0 and not result.failed_cases, f"{check.name}: not bit-equal on {result.failed_cases}"

@@ -63,3 +63,38 @@ def test_stacked_projections_in_the_simulator(tmp_path, monkeypatch, on_gpu):
             separate, stacked = separate_and_stacked(sim.net, sim.backend.upload(x), prefix)
             assert equal(separate, stacked), (rows, prefix)
             assert equal(separate_and_stacked(cpu.net, x, prefix)[1], stacked), (rows, prefix)
+        for prefix in [p for p in sim.net.projections if p.endswith("mlp.")]:  # the gated GEMV: SiLU(gate) * up
+            gate, up = separate_and_stacked(cpu.net, x, prefix)[0]
+            fused = sim.backend.to_host(sim.net.ops.swiglu(sim.backend.upload(x), sim.net.projections[prefix][0][0]))
+            assert fused.tobytes() == cpu.net.ops.silu_mul(gate, up).tobytes(), (rows, prefix)
+            assert fused.tobytes() != cpu.net.ops.silu_mul(up, gate).tobytes(), "planted: gate and up swapped"
+
+
+def test_mlp_of_gate_and_up_in_different_forms(tmp_path, tiny_mlx4):
+    """Gate and up of different forms (one 8-bit, one 4-bit) are two GEMVs and a product; in one form, one gated
+    GEMV; both give down(SiLU(gate(x)) * up(x)) computed projection by projection."""
+    import json
+    import os
+    from test_checkpoint import rewrite
+    from tensorfold.model.writer import quantize_affine
+    model = tensorfold.load(tiny_mlx4, backend="numpy")
+    gate = model.net.weights["layers.0.mlp.gate_proj.weight"].dense()
+    packed, scales, biases = quantize_affine(gate, 8, 64)
+    module = "language_model.model.layers.0.mlp.gate_proj"
+
+    def change(tensors):
+        tensors.update({module + ".weight": ("U32", packed), module + ".scales": ("BF16", scales),
+                        module + ".biases": ("BF16", biases)})
+        return tensors
+    folder = str(tmp_path / "mixed")
+    rewrite(tiny_mlx4, folder, change)
+    config = json.load(open(os.path.join(folder, "config.json")))
+    for key in ("quantization", "quantization_config"):
+        config[key][module] = {"bits": 8, "group_size": 64}
+    json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    x = np.random.default_rng(2).normal(size=(3, model.config.hidden_size)).astype(np.float32)
+    for net, stacks in ((model.net, 1), (tensorfold.load(folder, backend="numpy").net, 2)):
+        p, ops, w = "layers.0.mlp.", net.ops, net.weights
+        assert len(net.projections[p]) == stacks
+        hidden = ops.silu_mul(ops.linear(x, w[p + "gate_proj.weight"]), ops.linear(x, w[p + "up_proj.weight"]))
+        assert net.mlp(x, p).tobytes() == ops.linear(hidden, w[p + "down_proj.weight"]).tobytes()

@@ -31,7 +31,7 @@ import tensorfold
 from tensorfold.cuda.attention import attention_merge, attention_partial
 from tensorfold.cuda.conv import causal_conv
 from tensorfold.cuda.deltanet import deltanet_gates, deltanet_scan
-from tensorfold.cuda.elementwise import sigmoid_mul, silu_mul
+from tensorfold.cuda.elementwise import silu_mul
 from tensorfold.cuda.gemv import affine_rows, gemv_affine
 from tensorfold.cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
 from tensorfold.cuda.rope import rope
@@ -133,15 +133,15 @@ def deltanet_layer(x, i):
 # -----------------------
 # `q_proj` gives twice the query width: per head, the query and then an output gate. q and k get a per-head
 # RMSNorm, then RoPE on their first `rotary_dim` dims. Attention runs as partials over fixed 128-key chunks and a
-# merge; the keys a row reads are positions 0 .. p (causal). The result is gated by sigmoid(gate) before `o_proj`.
+# merge; the keys a row reads are positions 0 .. p (causal). The merge gates the result by sigmoid(gate), and
+# `o_proj` follows.
 
 
 def attention_layer(x, i):
     p = f"layers.{i}.self_attn."
     rows, heads, kv_heads, hd = x.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
     q_and_gate = linear(x, p + "q_proj.weight").reshape(rows, heads, 2 * hd)
-    q = q_and_gate[:, :, :hd]
-    gate = q_and_gate[:, :, hd:].reshape(rows, heads * hd)
+    q, gate = q_and_gate[:, :, :hd], q_and_gate[:, :, hd:]
     k = linear(x, p + "k_proj.weight").reshape(rows, kv_heads, hd)
     v = linear(x, p + "v_proj.weight").reshape(rows, kv_heads, hd)
     show("q (per head: query | gate)", q_and_gate)
@@ -151,15 +151,16 @@ def attention_layer(x, i):
     m, l, o = attention_partial(q, k, v, positions + 1, 1.0 / math.sqrt(hd))
     show("partial m, l [rows, heads, chunks]", m)
     show("partial o", o)
-    out = attention_merge(m, l, o).reshape(rows, heads * hd)
-    show("merged", out)
-    return linear(sigmoid_mul(out, gate), p + "o_proj.weight")
+    out = attention_merge(m, l, o, gate).reshape(rows, heads * hd)
+    show("merged and gated", out)
+    return linear(out, p + "o_proj.weight")
 
 
 # %%
 # The MLP
 # -------
-# SwiGLU: down(SiLU(gate(x)) * up(x)).
+# SwiGLU: down(SiLU(gate(x)) * up(x)). (The engine stacks gate and up in one weight and runs them as one GEMV
+# that writes the product itself: `gemv.swiglu` and tutorial 02.)
 
 
 def mlp(x, p):

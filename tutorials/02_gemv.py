@@ -116,8 +116,9 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
 # columns. A chunk is one word. For several rows the tile kernel dequantizes a chunk's codes with
 # `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile; for one row (a decode
-# step) `affine_row_kernel` loads 4 chunks of each of 4 outputs as stored, codes, scales and biases, and
-# dequantizes each weight where it multiplies it: each weight is used once, and the loads in flight decide speed.
+# step) `affine_row_kernel` loads 4 chunks of each of 4 outputs (8 of 2 in a call of few warps) as stored, codes,
+# scales and biases, and dequantizes each weight where it multiplies it: each weight is used once, and the loads
+# in flight decide speed.
 print(inspect.getsource(gemv.affine_row_kernel))
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
@@ -131,6 +132,14 @@ check(twin.tobytes() == kernel.tobytes(), "4-bit GEMV kernel == twin, bit for bi
 one_row = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x[:1]), outputs, cuda.to_device(packed),
                            cuda.to_device(scales), cuda.to_device(biases), 4, 64).copy_to_host()
 check(one_row.tobytes() == twin[:1].tobytes(), "the one-row kernel == the twin's first row, bit for bit")
+
+# The MLP's gate and up projections are stacked in one weight (gate rows, then up rows). A gated GEMV computes every
+# sum as above, each warp holding gate outputs beside their up outputs, and writes SiLU(gate) * up where it writes:
+# the MLP's hidden values take no launch of their own (`gemv.swiglu` is the twin).
+gated = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x), outputs, cuda.to_device(packed),
+                         cuda.to_device(scales), cuda.to_device(biases), 4, 64, gated=True).copy_to_host()
+check(gated.shape == (rows, outputs // 2) and gated.tobytes() == gemv.swiglu(twin).tobytes(),
+      "the gated GEMV == SiLU(gate) * up of the twin's outputs, bit for bit")
 
 # %%
 # The same pattern in RMSNorm
@@ -148,8 +157,8 @@ check(twin.tobytes() == kernel.tobytes(), "RMSNorm kernel == twin, bit for bit")
 # %%
 # The elementwise steps between them
 # ----------------------------------
-# The residual add, SiLU(gate) * up in the MLP, out * sigmoid(gate) after attention and the slicing of q | k | v
-# are one thread per element (`tensorfold/cuda/elementwise.py`): nothing to reduce, so nothing to order. Their
+# The residual add and SiLU(gate) * up (the MLP's, where gate and up are not stacked) are one thread per element
+# (`tensorfold/cuda/elementwise.py`): nothing to reduce, so nothing to order. Their
 # transcendentals come from `fmath`, where each device function has a NumPy twin that evaluates the same float64
 # expression (numba compiles `math` functions inside kernels, not NumPy ufuncs).
 from tensorfold.cuda import elementwise  # noqa: E402
@@ -163,6 +172,3 @@ twin = elementwise.silu_mul(gate, up)
 kernel = elementwise.launch_elementwise(elementwise.silu_mul_kernel, cuda.to_device(gate),
                                         cuda.to_device(up)).copy_to_host()
 check(twin.tobytes() == kernel.tobytes(), "SiLU(gate) * up kernel == twin, bit for bit")
-x = rng.normal(size=(2, 4, 12)).astype(np.float32)
-sliced = elementwise.take_last_launch(cuda.to_device(x), 3, 9).copy_to_host()
-check(np.array_equal(sliced, x[..., 3:9]), "take_last copies x[..., 3:9] into a contiguous array")

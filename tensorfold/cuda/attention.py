@@ -19,7 +19,8 @@ Per (row, query head, chunk) the partial computes
     o[d]   = sum_key p[key] * v[key, d]    (keys walked in order, fma_rn)
 
 and the merge combines a row's chunks in order: M = max m_c, w_c = exp(m_c - M), L = sum l_c w_c,
-O = sum o_c w_c, out = O / L.
+O = sum o_c w_c, out = O / L; in a gated attention layer, out = O / L * sigmoid(gate), the layer's output gate
+(taken here, so that it costs no launch of its own).
 
 Every multiply-add is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
 exactly, fmath.py): the dots are chains of dependent multiply-adds, and `fma32`'s float64 round trip made each
@@ -59,7 +60,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from . import paths
 from .common import BLOCK, blocks_for, swap_rows, to_host
-from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, tree_sum
+from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, sigmoid32, sigmoid32_twin, tree_sum
 from .launch import kernel
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
@@ -120,8 +121,10 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
     return m, l, o
 
 
-def attention_merge(m, l, o):
-    """Combine a row's chunk partials in chunk order: out [rows, Hq, hd] = sum_c o_c w_c / sum_c l_c w_c."""
+def attention_merge(m, l, o, gate=None):
+    """Combine a row's chunk partials in chunk order: out [rows, Hq, hd] = sum_c o_c w_c / sum_c l_c w_c; with a
+    gate [rows, Hq, hd] (a gated attention layer's output gate), that times sigmoid(gate), here so that the gate
+    costs no launch of its own."""
     top = m.max(axis=2)
     total = np.zeros(l.shape[:2], np.float32)
     acc = np.zeros(o.shape[:2] + o.shape[3:], np.float32)
@@ -130,7 +133,8 @@ def attention_merge(m, l, o):
         weight = np.where(reached, exp32_twin(np.where(reached, m[:, :, c] - top, 0)), 0).astype(np.float32)
         total = fma_rn_twin(l[:, :, c], weight, total)
         acc = fma_rn_twin(o[:, :, c], weight[:, :, None], acc)
-    return acc / total[:, :, None]
+    out = acc / total[:, :, None]
+    return out if gate is None else out * sigmoid32_twin(gate)
 
 
 def kv_write(keys, values, new_keys, new_values, at):
@@ -243,8 +247,9 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
 
 
 @kernel
-def attention_merge_kernel(m, l, o, out):
-    """Thread i owns dim d of head h of row r, i = (r * heads + h) * head_dim + d, and walks the chunks in order."""
+def attention_merge_kernel(m, l, o, gate, gated, out):
+    """Thread i owns dim d of head h of row r, i = (r * heads + h) * head_dim + d, and walks the chunks in order;
+    with `gated`, it multiplies the result by sigmoid(gate[r, h, d])."""
     i = cuda.grid(1)
     heads, chunks, head_dim = o.shape[1], o.shape[2], o.shape[3]
     if i < o.shape[0] * heads * head_dim:
@@ -259,7 +264,10 @@ def attention_merge_kernel(m, l, o, out):
                 weight = exp32(m[r, h, c] - top)
                 total = fma_rn(l[r, h, c], weight, total)
                 acc = fma_rn(o[r, h, c, d], weight, acc)
-        out[r, h, d] = acc / total
+        value = acc / total
+        if gated:
+            value = value * sigmoid32(gate[r, h, d])
+        out[r, h, d] = value
 
 
 @kernel
@@ -308,12 +316,13 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     return m, l, o
 
 
-def attention_merge_launch(m, l, o, out=None, stream=0):
-    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device; returns out [rows, Hq, hd] (a new array,
-    or the one given)."""
+def attention_merge_launch(m, l, o, out=None, gate=None, stream=0):
+    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device, and the output gate [rows, Hq, hd] (any
+    strides: a view of q_proj's output) or None; returns out [rows, Hq, hd] (a new array, or the one given)."""
     rows, heads, _, head_dim = o.shape
     out = cuda.device_array((rows, heads, head_dim), np.float32, stream=stream) if out is None else out
-    attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out)
+    attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out if gate is None else gate,
+                                                                gate is not None, out)
     return out
 
 
@@ -384,13 +393,31 @@ def _partial_on_device(q, keys, values, n_keys, scale, chunk, committed, path_sl
 
 
 def _merge_cases(mode, rng):
-    return [(label, dict(zip("mlo", _partial_twin(**inputs)))) for label, inputs in _cases(mode, rng)
-            if mode == "sim" or len(inputs["q"]) > 1]
+    """The partials of the attention cases, every other one (the second, the fourth, ...) with an output gate."""
+    cases = []
+    for label, inputs in _cases(mode, rng):
+        if mode == "sim" or len(inputs["q"]) > 1:
+            partials = dict(zip("mlo", _partial_twin(**inputs)))
+            gated = len(cases) % 2 == 1
+            gate = (rng.normal(size=inputs["q"].shape) * 4).astype(np.float32) if gated else None
+            cases.append((label + (" gated" if gated else ""), {**partials, "gate": gate}))
+    return cases
+
+
+def _merge_on_device(m, l, o, gate):
+    return to_host(attention_merge_launch(*(cuda.to_device(a) for a in (m, l, o)),
+                                          gate=None if gate is None else cuda.to_device(gate)))
+
+
+def _next_head_gate(inputs):
+    """Planted: each head gated by the next head's gate (None without a gate, or with one head)."""
+    gate = inputs["gate"]
+    return None if gate is None or gate.shape[1] < 2 else {**inputs, "gate": np.roll(gate, 1, axis=1)}
 
 
 def _reversed_chunks(inputs):
     """Planted: the merge walks the chunks last to first."""
-    return {name: np.ascontiguousarray(np.flip(a, axis=2)) for name, a in inputs.items()}
+    return {**inputs, **{name: np.ascontiguousarray(np.flip(inputs[name], axis=2)) for name in "mlo"}}
 
 
 def _window_parents(inputs):
@@ -485,9 +512,9 @@ def _path_swapped(inputs):
 
 CONTRACT = [
     KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _cases, _CONTROLS),
-    KernelCheck("attention_merge", attention_merge,
-                lambda m, l, o: to_host(attention_merge_launch(*(cuda.to_device(a) for a in (m, l, o)))),
-                _merge_cases, {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks}),
+    KernelCheck("attention_merge", attention_merge, _merge_on_device, _merge_cases,
+                {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks,
+                 "the next head's gate": _next_head_gate}),
     KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
                 lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS),
     KernelCheck("kv_write", _write_twin, _write_on_device, _write_cases,

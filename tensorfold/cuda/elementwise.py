@@ -1,11 +1,10 @@
-"""Elementwise steps between the larger kernels: the residual add, the two gated products, and slicing the last
-axis into a contiguous array.
+"""Elementwise steps between the larger kernels: the residual add, the MLP's gated product, and copying rows.
 
     add(a, b)          = a + b                 the residual stream
     silu_mul(g, u)     = SiLU(g) * u           the SwiGLU MLP
-    sigmoid_mul(x, g)  = x * sigmoid(g)        the output gate of full attention
-    take_last(x, a, b) = x[..., a:b]           q | k | v out of the conv output, query | gate out of q_proj
     copy_rows(d, s, a) : d[a:a + len(s)] = s   streams' rows side by side; a state written over in place
+
+(Full attention's output gate, x * sigmoid(g), is taken in the attention merge, attention.py.)
 
 copy_rows is a kernel rather than a driver copy so that a recorded round (graphs.py) holds nothing but launches.
 
@@ -17,7 +16,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, swap_rows, to_host
-from .fmath import sigmoid32, sigmoid32_twin, silu32, silu32_twin
+from .fmath import silu32, silu32_twin
 from .launch import kernel
 
 
@@ -29,20 +28,12 @@ def silu_mul(gate, up):
     return silu32_twin(gate) * up
 
 
-def sigmoid_mul(x, gate):
-    return x * sigmoid32_twin(gate)
-
-
-def take_last(x, start, stop):
-    return np.ascontiguousarray(x[..., start:stop])
-
-
 def copy_rows(dst, src, start):
     dst[start:start + len(src)] = src
     return dst
 
 
-# --- the kernels (arrays flattened to 1-D; take_last works on [vectors, width]; copy_rows on [rows, width]) -------
+# --- the kernels (arrays flattened to 1-D; copy_rows works on [rows, width]) ----------------------------------------
 
 @kernel
 def add_kernel(a, b, out):
@@ -59,21 +50,6 @@ def silu_mul_kernel(gate, up, out):
 
 
 @kernel
-def sigmoid_mul_kernel(x, gate, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = x[i] * sigmoid32(gate[i])
-
-
-@kernel
-def take_last_kernel(x, start, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        vector, k = i // out.shape[1], i % out.shape[1]
-        out[vector, k] = x[vector, start + k]
-
-
-@kernel
 def copy_rows_kernel(dst, src, start):
     i = cuda.grid(1)
     if i < src.size:
@@ -86,14 +62,6 @@ def launch_elementwise(kernel, first, second, stream=0):
     out = cuda.device_array(first.size, np.float32, stream=stream)
     kernel[blocks_for(first.size), BLOCK, stream](first.reshape(first.size), second.reshape(second.size), out)
     return out.reshape(first.shape)
-
-
-def take_last_launch(x, start, stop, stream=0):
-    width = x.shape[len(x.shape) - 1]
-    vectors = x.size // width
-    out = cuda.device_array((vectors, stop - start), np.float32, stream=stream)
-    take_last_kernel[blocks_for(out.size), BLOCK, stream](x.reshape(vectors, width), start, out)
-    return out.reshape(tuple(x.shape)[:-1] + (stop - start,))
 
 
 def copy_rows_launch(dst, src, start, stream=0):
@@ -129,13 +97,6 @@ def _pair_check(name, twin, kernel):
         cases=_pair_cases, controls={"swapped elements": _swap_first_elements})
 
 
-def _take_cases(mode, rng):
-    shapes = [((2, 3, 8), 2, 5)] if mode == "sim" else [((16, 8, 512), 0, 256), ((16, 8, 512), 256, 512),
-                                                        ((128, 6144), 2048, 6144)]
-    return [(f"{shape}[{a}:{b}]", {"x": rng.normal(size=shape).astype(np.float32), "start": a, "stop": b})
-            for shape, a, b in shapes]
-
-
 def _copy_cases(mode, rng):
     shapes = [((5, 2, 3), 2, 1)] if mode == "sim" else [((64, 8, 256), 16, 40), ((16, 128, 128), 16, 0),
                                                         ((3, 6144), 1, 2)]
@@ -147,11 +108,6 @@ def _copy_cases(mode, rng):
 CONTRACT = [
     _pair_check("add", add, add_kernel),
     _pair_check("silu_mul", silu_mul, silu_mul_kernel),
-    _pair_check("sigmoid_mul", sigmoid_mul, sigmoid_mul_kernel),
-    KernelCheck("take_last", twin=take_last,
-                launch=lambda x, start, stop: to_host(take_last_launch(cuda.to_device(x), start, stop)),
-                cases=_take_cases,
-                controls={"slice off by one": lambda i: {**i, "start": i["start"] + 1, "stop": i["stop"] + 1}}),
     KernelCheck("copy_rows", twin=lambda dst, src, start: copy_rows(dst.copy(), src, start),
                 launch=lambda dst, src, start: to_host(copy_rows_launch(cuda.to_device(dst), cuda.to_device(src),
                                                                         start)),

@@ -49,7 +49,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
-from .fmath import add_rounded_once, fma_rn, fma_rn_twin, tree_sum
+from .fmath import add_rounded_once, fma_rn, fma_rn_twin, silu32, silu32_twin, tree_sum
 from .launch import kernel
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
@@ -138,6 +138,15 @@ def gemv_bf16(x, weight_bits):
 def gemv_affine(x, packed, scales, biases, bits, group_size):
     """y = x @ W.T for an MLX affine weight: packed uint32 [out, K * bits / 32], float32 scales and biases [out, K / gs]."""
     return gemv(x, lambda outs: affine_rows(packed, scales, biases, bits, group_size, outs), packed.shape[0])
+
+
+def swiglu(y):
+    """SiLU(gate) * up for the outputs y [rows, 2 n] of a GEMV over a weight of n gate rows, then n up rows (the
+    SwiGLU MLP's gate_proj and up_proj stacked): what a gated GEMV kernel writes (`launch_gemv`'s `gated`), which
+    computes every output's sum as the GEMV does and multiplies where it writes, so the MLP's hidden values take no
+    launch and no pass of their own."""
+    half = y.shape[1] // 2
+    return silu32_twin(y[:, :half]) * y[:, half:]
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
@@ -329,23 +338,51 @@ def output_index(r, o, rows, out_features, end1, end2, end3):
     return start * rows + r * (end - start) + o - start
 
 
-def tree_writer(rows, outputs):
+@cuda.jit(device=True)
+def warp_outputs(warp, per_warp, out_features, gated):
+    """(the warp's first output, how many outputs there are) for warp number `warp` of per_warp outputs each; gated,
+    the warp's first pair and the count of pairs (a gated GEMV's out_features are gates, then as many ups)."""
+    if gated:
+        return warp * (per_warp // 2), out_features // 2
+    return warp * per_warp, out_features
+
+
+@cuda.jit(device=True)
+def slot_output(base, j, count, gated):
+    """The output of the warp's slot j (past the last: the last): base + j; gated, slot 2 i holds pair base + i's
+    gate, output base + i, and slot 2 i + 1 its up, `count` outputs later."""
+    if gated:
+        return min(base + j // 2, count - 1) + j % 2 * count
+    return min(base + j, count - 1)
+
+
+def tree_writer(rows, outputs, gated=False):
     """The end of both kernels: each sum's THREADS partial sums (acc[r * outputs + j] of every thread of the warp)
-    added in the halving tree of `tree_sum`, and written to y (see `output_index`) for the `live` rows from `first`.
+    added in the halving tree of `tree_sum`, and written to y (see `output_index`) for the `live` rows from `first`;
+    `gated` (the warp's outputs in pairs, a gate and its up): SiLU(gate) * up written for each pair instead, to
+    y [rows, pairs], where `base` is the warp's first pair and `out_features` the count of pairs.
     The rows * outputs trees go up a level at a time together, so the block waits at one barrier a level, not one a
     level for each sum (a tile of 8 rows and 2 outputs waited at 14 barriers, now at 6: at 16 rows the kernel took
     10 to 19 % less time); thread t of the warp then writes sum t. (A loop over sums t, t + THREADS, ... took 11 to
     17 % longer at 16 rows than this one write, which the GPU's warps of 32 always need.) `partial` is shared
     [WARPS, rows * outputs, THREADS]."""
     sums = rows * outputs
-    assert sums <= 2 * THREADS, "a thread writes at most two sums"
+    written = sums // 2 if gated else sums  # values the warp writes
+    assert written <= 2 * THREADS, "a thread writes at most two values"
+    pairs = outputs // 2
 
     @cuda.jit(device=True)
     def write_sum(partial, warp, a, base, first, live, y, rows_total, out_features, end1, end2, end3):
-        r, j = a // outputs, a % outputs  # sum a: row r, output base + j
-        if a < sums and r < live and base + j < out_features:
-            at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
-            y[np.uint64(at)] = partial[warp, a, 0]
+        if gated:  # pair a: row r, the warp's pair j, whose gate is sum r * outputs + 2 j and whose up the next
+            r, j = a // pairs, a % pairs
+            if a < written and r < live and base + j < out_features:
+                gate, up = partial[warp, r * outputs + 2 * j, 0], partial[warp, r * outputs + 2 * j + 1, 0]
+                y[np.uint64((first + r) * out_features + base + j)] = silu32(gate) * up
+        else:
+            r, j = a // outputs, a % outputs  # sum a: row r, output base + j
+            if a < sums and r < live and base + j < out_features:
+                at = output_index(first + r, base + j, rows_total, out_features, end1, end2, end3)
+                y[np.uint64(at)] = partial[warp, a, 0]
 
     @cuda.jit(device=True)
     def write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3):
@@ -360,24 +397,25 @@ def tree_writer(rows, outputs):
             width //= 2
         cuda.syncthreads()
         write_sum(partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
-        if sums > THREADS:  # a warp of fewer threads than sums (the simulator's 8): a second sum a thread
+        if written > THREADS:  # a warp of fewer threads than values (the simulator's 8): a second one a thread
             write_sum(partial, warp, t + THREADS, base, first, live, y, rows_total, out_features, end1, end2, end3)
     return write_sums
 
 
-def gemv_kernel(weight_format, rows, per_warp):
-    """The tile kernel for one `WeightFormat`, `rows` rows a block and `per_warp` outputs a warp; x in pair walk
-    order, as uint64. The local arrays' sizes are constants of the closure, as numba needs."""
+def gemv_kernel(weight_format, rows, per_warp, gated=False):
+    """The tile kernel for one `WeightFormat`, `rows` rows a block and `per_warp` outputs a warp (`gated`: pairs of
+    outputs, see `slot_output`); x in pair walk order, as uint64. The local arrays' sizes are constants of the
+    closure, as numba needs."""
     hold, weight, whole_chunks = weight_format.hold, weight_format.weight, weight_format.whole_chunks
     accumulators, pair_values = rows * per_warp, 2 * rows
     held_words, held_floats = per_warp * weight_format.words, per_warp * weight_format.floats
-    write_sums = tree_writer(rows, per_warp)
+    write_sums = tree_writer(rows, per_warp, gated)
 
     @kernel
     def gemv_tile_kernel(x_pairs, pairs_width, columns, data, width, scales, biases, groups, y, rows_total,
                          out_features, end1, end2, end3):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
-        base = (cuda.blockIdx.x * WARPS + warp) * per_warp  # the warp's first output
+        base, count = warp_outputs(cuda.blockIdx.x * WARPS + warp, per_warp, out_features, gated)
         live = min(rows, rows_total - first)  # the tile's rows
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * per_warp + j]: row r, output base + j
         words = cuda.local.array(held_words, np.uint32)  # the chunk of each output, as stored
@@ -389,11 +427,11 @@ def gemv_kernel(weight_format, rows, per_warp):
         for a in range(accumulators):
             acc[a] = 0
         for j in range(per_warp):
-            output = np.uint64(min(base + j, out_features - 1))
+            output = np.uint64(slot_output(base, j, count, gated))
             weight_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
         for r in range(rows):
             x_rows[r] = (first + min(r, live - 1)) * pairs_width
-        if base < out_features:  # a warp past the last output only joins the tree
+        if base < count:  # a warp past the last output only joins the tree
             chunks = -(-columns // CHUNK)
             interior = columns // CHUNK  # the chunks before this one are whole
             for c in range(t, chunks, THREADS):
@@ -414,12 +452,12 @@ def gemv_kernel(weight_format, rows, per_warp):
                             for r in range(rows):
                                 acc[r * per_warp + j] = fma_rn(w, xs[2 * r + e % 2], acc[r * per_warp + j])
         partial = cuda.shared.array((WARPS, accumulators, THREADS), np.float32)
-        write_sums(acc, partial, warp, t, base, first, live, y, rows_total, out_features, end1, end2, end3)
+        write_sums(acc, partial, warp, t, base, first, live, y, rows_total, count, end1, end2, end3)
 
     return gemv_tile_kernel
 
 
-def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_step=ROW_STEP):
+def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_step=ROW_STEP, gated=False):
     """The one-row kernel for an affine format: each warp's `outputs_a_warp` outputs, `chunks_a_step` chunks of each
     loaded as stored (codes, scale, bias) before any is used, each weight dequantized with fma_rn(scale, code, bias)
     where it is multiplied. Affine weights have whole chunks (the column count is a multiple of the group size).
@@ -434,7 +472,7 @@ def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_ste
     groups_a_stride = THREADS // chunks_per_group  # groups between chunk c and chunk c + THREADS
     step_chunks, step_words = outputs_a_warp * chunks_a_step, outputs_a_warp * chunks_a_step * words
     pairs_a_chunk = CHUNK // 2  # x is read as uint64: two columns a load, the first in the low half
-    write_sums = tree_writer(1, outputs_a_warp)
+    write_sums = tree_writer(1, outputs_a_warp, gated)
 
     @cuda.jit(device=True)
     def step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks, careful):
@@ -472,7 +510,7 @@ def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_ste
     def gemv_row_kernel(x_pairs, columns, packed, width, scales, biases, groups, y, rows_total, out_features, end1,
                         end2, end3):
         warp, t = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS
-        base = (cuda.blockIdx.x * WARPS + warp) * outputs_a_warp  # the warp's first output
+        base, count = warp_outputs(cuda.blockIdx.x * WARPS + warp, outputs_a_warp, out_features, gated)
         acc = cuda.local.array(outputs_a_warp, np.float32)
         held = cuda.local.array(step_words, np.uint32)  # chunk n = j * chunks_a_step + i: words held[n * words:]
         scale = cuda.local.array(step_chunks, np.float32)  # chunk n's group's scale and bias
@@ -482,9 +520,9 @@ def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_ste
         xs = cuda.local.array(2, np.float32)  # a pair of columns of x
         for j in range(outputs_a_warp):
             acc[j] = 0
-            output = np.uint64(min(base + j, out_features - 1))
+            output = np.uint64(slot_output(base, j, count, gated))
             code_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
-        if base < out_features:  # a warp past the last output only joins the tree
+        if base < count:  # a warp past the last output only joins the tree
             chunks = columns // CHUNK
             interior = chunks - (chunks_a_step - 1) * THREADS  # a step from a chunk before this has every chunk
             c = t
@@ -496,7 +534,7 @@ def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_ste
                 step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks,
                      True)
         partial = cuda.shared.array((WARPS, outputs_a_warp, THREADS), np.float32)
-        write_sums(acc, partial, warp, t, base, 0, 1, y, rows_total, out_features, end1, end2, end3)
+        write_sums(acc, partial, warp, t, base, 0, 1, y, rows_total, count, end1, end2, end3)
 
     return gemv_row_kernel
 
@@ -509,11 +547,12 @@ class GemvKernels:
         self.weight_format = weight_format  # (bits, group_size) -> the format's WeightFormat
         self.row_kernel = row_kernel  # (bits, group_size, outputs a warp, chunks a step) -> its one-row kernel, or None
         self.wide = wide  # whether a call with warps to spare takes WIDE_OUTPUTS outputs a warp (measured: affine)
-        self.shapes = {}  # (rows a block holds (0: the one-row kernel), outputs a warp, bits, group size) -> kernel
+        self.shapes = {}  # (rows a block holds (0: the one-row kernel), outputs a warp, bits, group size, gated) ->
 
-    def for_call(self, rows, out_features, bits, group_size):
+    def for_call(self, rows, out_features, bits, group_size, gated=False):
         """(rows a block holds, outputs a warp, the kernel) for a call of `rows` rows; 0 rows a block is the one-row
-        kernel (x as it is), any other the tile kernel (x in pair walk order)."""
+        kernel (x as it is), any other the tile kernel (x in pair walk order). `gated`: the kernel that writes
+        SiLU(gate) * up (see `launch_gemv`)."""
         tile = min((tile for tile in TILES if tile >= rows), default=max(TILES))  # the least that holds them
         if tile == 1 and self.row_kernel is not None:
             tile, per_warp = 0, ROW_OUTPUTS if -(-out_features // ROW_OUTPUTS) >= ROW_WIDE_WARPS else NARROW_OUTPUTS
@@ -521,13 +560,13 @@ class GemvKernels:
             tiles = -(-rows // tile)
             spare = self.wide and -(-out_features // WIDE_OUTPUTS) * tiles >= WIDE_WARPS
             per_warp = WIDE_OUTPUTS if spare else OUTPUTS
-        key = (tile, per_warp, bits, group_size)
+        key = (tile, per_warp, bits, group_size, gated)
         if key not in self.shapes:
             if tile == 0:
                 step = ROW_STEP if per_warp == ROW_OUTPUTS else NARROW_STEP
-                self.shapes[key] = self.row_kernel(bits, group_size, per_warp, step)
+                self.shapes[key] = self.row_kernel(bits, group_size, per_warp, step, gated)
             else:
-                self.shapes[key] = gemv_kernel(self.weight_format(bits, group_size), tile, per_warp)
+                self.shapes[key] = gemv_kernel(self.weight_format(bits, group_size), tile, per_warp, gated)
         return tile, per_warp, self.shapes[key]
 
 
@@ -549,11 +588,12 @@ def flat(a):
     return a.reshape(a.size)
 
 
-def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None):
+def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None, gated=False):
     """Run a format's GEMV (`kernels`: gemv_f32_kernel, gemv_bf16_kernel or gemv_affine_kernel) over the rows of the
     device array x; `weight_args` are the weight (float formats) or (packed, scales, biases, bits, group_size).
     Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a list of one
-    array [rows, width] per part, each a contiguous piece of one output (no copy, whatever the row count)."""
+    array [rows, width] per part, each a contiguous piece of one output (no copy, whatever the row count); `gated`
+    (a weight of gate rows, then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`gemv_swiglu`)."""
     if len(weight_args) == 1:  # a float format: its weight stands in for the scales and biases it ignores
         weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
     data, scales, biases, bits, group_size = weight_args
@@ -561,9 +601,10 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None):
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
+    assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMV has a gate for every up"
     rows = x.shape[0]
-    tile, per_warp, kernel_for_call = kernels.for_call(rows, out_features, bits, group_size)
-    y = cuda.device_array(rows * out_features, np.float32, stream=stream)
+    tile, per_warp, kernel_for_call = kernels.for_call(rows, out_features, bits, group_size, gated)
+    y = cuda.device_array(rows * out_features // (2 if gated else 1), np.float32, stream=stream)
     weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
     blocks = -(-out_features // (WARPS * per_warp))
     if tile:
@@ -573,7 +614,7 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None):
     else:  # x as it is, read as uint64: two float32 columns a load, the first in the low half
         kernel_for_call[blocks, WARPS * THREADS, stream](flat(x).view(np.uint64), x.shape[1], *weight)
     if parts is None:
-        return y.reshape(rows, out_features)
+        return y.reshape(rows, y.size // rows)
     starts = [0] + ends[:len(widths) - 1]
     return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, widths)]
 
@@ -748,6 +789,36 @@ def _boundary_moved(inputs):
 
 CONTRACT.append(KernelCheck("gemv_affine4 in parts", _parts_twin, _parts_launch, _parts_cases,
                             {**_ROW_CONTROLS, "a part boundary one output late": _boundary_moved}))
+
+
+def _gated_cases(mode, rng):
+    """The 4-bit cases cut to an even count of outputs (a gate for every up): one row, tiles, the head."""
+    cases = []
+    for label, inputs in _quantized_cases(4)(mode, rng):
+        outs = len(inputs["packed"]) // 2 * 2
+        if outs:
+            cases.append((label, {**inputs, **{name: inputs[name][:outs] for name in ("packed", "scales", "biases")}}))
+    return cases
+
+
+def _launch_gated(x, packed, scales, biases, bits, group_size):
+    return to_host(launch_gemv(gemv_affine_kernel, cuda.to_device(x), packed.shape[0], cuda.to_device(packed),
+                               cuda.to_device(scales), cuda.to_device(biases), bits, group_size, gated=True))
+
+
+def _halves(plant):
+    """A control that moves the up rows against the gate rows in the weight's three arrays alike."""
+    def planted(inputs):
+        half = len(inputs["packed"]) // 2
+        return {**inputs, **{name: plant(inputs[name], half) for name in ("packed", "scales", "biases")}}
+    return planted
+
+
+_GATED_CONTROLS = {**_ROW_CONTROLS,
+                   "gate and up swapped": _halves(lambda a, half: np.concatenate([a[half:], a[:half]])),
+                   "each up one row late": _halves(lambda a, half: np.concatenate([a[:half], np.roll(a[half:], 1, 0)]))}
+CONTRACT.append(KernelCheck("gemv_affine4 gated (SwiGLU)", lambda **i: swiglu(gemv_affine(**i)), _launch_gated,
+                            _gated_cases, _GATED_CONTROLS))
 
 
 def _embed_cases(mode, rng):

@@ -420,9 +420,16 @@ class Qwen35:
         return [logits[int(a):int(b)] for a, b in zip(counts[:-1], counts[1:])]
 
     def mlp(self, x, p):
+        """SwiGLU: down(SiLU(gate(x)) * up(x)). Gate and up stacked in one weight (the same form, as in every
+        checkpoint we know) run as one GEMV that writes the product itself (ops.swiglu)."""
         ops, w = self.ops, self.weights
-        gate, up = self.project(x, p)
-        return ops.linear(ops.silu_mul(gate, up), w[p + "down_proj.weight"])
+        stacks = self.projections[p]
+        if len(stacks) == 1:
+            hidden = ops.swiglu(x, stacks[0][0])
+        else:  # gate and up of different forms: two GEMVs, then the product
+            gate, up = self.project(x, p)
+            hidden = ops.silu_mul(gate, up)
+        return ops.linear(hidden, w[p + "down_proj.weight"])
 
     def deltanet(self, x, windows, spans, i, inputs):
         """A Gated DeltaNet layer: projections, causal conv, L2-normed q/k, gated delta rule, gated norm, out.
@@ -469,7 +476,6 @@ class Qwen35:
         positions = inputs.positions
         q_and_gate, k, v = self.project(x, p)
         q_and_gate = q_and_gate.reshape(rows, heads, 2 * hd)  # per head: query, gate
-        gate = ops.take_last(q_and_gate, hd, 2 * hd).reshape(rows, heads * hd)
         k, v = k.reshape(rows, kv_heads, hd), v.reshape(rows, kv_heads, hd)
         q, k = ops.norm_rope(q_and_gate, k, w[p + "q_norm.weight"], w[p + "k_norm.weight"], c.rms_norm_eps, positions,
                              c.rotary_dim, c.rope_theta)  # each head normalised, then rotated
@@ -477,13 +483,13 @@ class Qwen35:
         with ops.side_by_side(len(windows)) as lanes:
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):  # each row reads its stream's keys, then its path's
                 with lanes.lane(n):
-                    self._attend(q, k, v, out, win, i, inputs, a, b)
-        out = out.reshape(rows, heads * hd)
-        return ops.linear(ops.sigmoid_mul(out, gate), w[p + "o_proj.weight"])
+                    self._attend(q, k, v, q_and_gate[a:b, :, hd:], out, win, i, inputs, a, b)
+        return ops.linear(out.reshape(rows, heads * hd), w[p + "o_proj.weight"])
 
-    def _attend(self, q, k, v, out, win, i, inputs, a, b):
+    def _attend(self, q, k, v, gate, out, win, i, inputs, a, b):
         """Window `win`'s attention in layer i, over the round's rows a .. b - 1: its keys and values written at
-        length + slot, then its rows' partials over the stream's committed keys and their paths', merged into out."""
+        length + slot, then its rows' partials over the stream's committed keys and their paths', merged into out
+        and multiplied there by sigmoid(gate), the layer's output gate."""
         ops, state = self.ops, win.state
         scale = 1.0 / math.sqrt(self.config.head_dim)
         ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])
@@ -495,4 +501,4 @@ class Qwen35:
         else:
             partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
                                             state.length, win.maps.path_slots, max_keys=max_keys)
-        ops.attention_merge(*partial, out=out[a:b])
+        ops.attention_merge(*partial, out=out[a:b], gate=gate)
