@@ -50,6 +50,7 @@ from numba import cuda
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
 from .fmath import add_rounded_once, fma_rn, fma_rn_twin, silu32, silu32_twin, tree_sum
+from .elementwise import launch_elementwise, silu_mul_kernel
 from .launch import kernel
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
@@ -184,6 +185,12 @@ def swiglu(y):
 # GEMV over stacked projections (qwen35.PROJECTIONS), each projection's outputs as a whole [rows, width] array of
 # their own, one after another in the same buffer, so that nothing has to copy them apart.
 #
+# A gated GEMV (the MLP's gate and up projections stacked, `swiglu`) takes its warps' outputs in pairs, a gate and
+# its up (`slot_output`), and writes SiLU(gate) * up: one launch and one pass fewer for the MLP's hidden values.
+# At 1 row a 12,288 x 2,048 call went from 15.0 us (the GEMV, then `silu_mul`) to 12.7, at 4 rows from 27.7 to
+# 25.8. Tiles of 8 rows gated need 130 registers, not 128, which costs a block an SM: 64.8 against 61.6 us at
+# 16 rows, 463.8 against 403.2 at 128; so a call of more than GATED_ROWS rows runs the GEMV, then `silu_mul`.
+#
 # The accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled loops,
 # which the compiler keeps in registers (a size only known at run time puts them in local memory; so does an array
 # too large to unroll over: tiles of 4 outputs spilled while chunks were dequantized into CHUNK floats an output).
@@ -208,6 +215,7 @@ ROW_STEP = 4  # chunks of each output it then loads before it multiplies
 ROW_WIDE_WARPS = 2048  # (8,192 outputs: the 2B's stacked projections and head)
 NARROW_OUTPUTS = 2  # outputs a warp and chunks a step of a one-row call with fewer warps: twice the warps, and as
 NARROW_STEP = 8  # many loads in flight a warp
+GATED_ROWS = 4  # rows up to which a gated call's kernel writes SiLU(gate) * up itself (see `launch_gemv`)
 WARPS = 4  # warps a block
 
 
@@ -593,7 +601,10 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None, ga
     device array x; `weight_args` are the weight (float formats) or (packed, scales, biases, bits, group_size).
     Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a list of one
     array [rows, width] per part, each a contiguous piece of one output (no copy, whatever the row count); `gated`
-    (a weight of gate rows, then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`gemv_swiglu`)."""
+    (a weight of gate rows, then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`swiglu`)."""
+    if gated and x.shape[0] > GATED_ROWS:  # the GEMV in two parts, gate and up, then their product
+        gate, up = launch_gemv(kernels, x, out_features, *weight_args, stream=stream, parts=[out_features // 2] * 2)
+        return launch_elementwise(silu_mul_kernel, gate, up, stream=stream)
     if len(weight_args) == 1:  # a float format: its weight stands in for the scales and biases it ignores
         weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
     data, scales, biases, bits, group_size = weight_args
@@ -792,12 +803,19 @@ CONTRACT.append(KernelCheck("gemv_affine4 in parts", _parts_twin, _parts_launch,
 
 
 def _gated_cases(mode, rng):
-    """The 4-bit cases cut to an even count of outputs (a gate for every up): one row, tiles, the head."""
+    """The 4-bit cases cut to an even count of outputs (a gate for every up): one row, tiles, the head; in the
+    simulator also one of more than GATED_ROWS rows (the GEMV, then the product)."""
+    from ..model.writer import quantize_affine
     cases = []
     for label, inputs in _quantized_cases(4)(mode, rng):
         outs = len(inputs["packed"]) // 2 * 2
         if outs:
             cases.append((label, {**inputs, **{name: inputs[name][:outs] for name in ("packed", "scales", "biases")}}))
+    if mode == "sim":
+        packed, scales, biases = quantize_affine(rng.normal(size=(4, 128)).astype(np.float32), 4, 64)
+        cases.append(("6x4x128", {"x": rng.normal(size=(6, 128)).astype(np.float32), "packed": packed,
+                                  "scales": bf16_to_f32(scales), "biases": bf16_to_f32(biases), "bits": 4,
+                                  "group_size": 64}))
     return cases
 
 
