@@ -23,6 +23,8 @@ through the SM, and the mapping is chosen for it:
   with warps to spare), so each dequantized weight feeds every row of the tile and each x value every output; x is
   laid out in *pair walk order* (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's
   32 loads are one coalesced 256-byte line;
+* a gated GEMV (the MLP's gate and up stacked, up to GATED_ROWS rows): either kernel with each warp's outputs in
+  pairs, a gate and its up, writing SiLU(gate) * up (`swiglu`), so the MLP's hidden values take no pass of their own;
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
   128 contiguous bytes (a word per thread), and a chunk's 8 loads of bf16 cover 512;
 * registers: accumulators, held words, weights and x values are local arrays of constant size indexed by unrolled
