@@ -191,7 +191,7 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
     score = np.float32(-np.inf)  # an empty slot: -inf to the max
     batch = cuda.local.array(HELD, np.float32)
     if t < live:
-        key = np.uint64((cache_row(start + t, r, committed, path_slots) * kv_heads + kv) * dims)
+        key = np.uint64((cache_row(start + t, r, committed, path_slots) * kv_heads + kv) * dims)  # its key's start
         acc = np.float32(0)
         for first in range(0, dims, LOADS):  # the dot over head dims in order, LOADS loads ahead of their use
             for u in range(LOADS):
@@ -228,22 +228,22 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
         l[r, h, c] = total[0]
     # Now thread t owns head dims t and t + CHUNK (DIMS_A_THREAD), and walks the chunk's keys in order for both at
     # once: twice the loads in flight of a walk dim by dim. Keys past n_keys[r] are never read.
-    acc2 = cuda.local.array(DIMS_A_THREAD, np.float32)
+    sums = cuda.local.array(DIMS_A_THREAD, np.float32)  # o of the thread's dims
     for j in range(DIMS_A_THREAD):
-        acc2[j] = 0
+        sums[j] = 0
     for first in range(0, max(live, 0), LOADS):
         for u in range(LOADS):  # LOADS keys' values loaded ahead of their use (past the chunk's last: its last again)
-            value = np.uint64((cache_row(start + min(first + u, live - 1), r, committed, path_slots) * kv_heads + kv)
-                              * dims)
+            value_row = np.uint64((cache_row(start + min(first + u, live - 1), r, committed, path_slots) * kv_heads
+                                   + kv) * dims)  # where the key's values for this KV head start
             for j in range(DIMS_A_THREAD):
-                batch[j * LOADS + u] = values[value + np.uint64(min(t + j * CHUNK, dims - 1))]
+                batch[j * LOADS + u] = values[value_row + np.uint64(min(t + j * CHUNK, dims - 1))]
         for u in range(LOADS):
             if first + u < live:
                 for j in range(DIMS_A_THREAD):
-                    acc2[j] = fma_rn(scores[first + u], batch[j * LOADS + u], acc2[j])
+                    sums[j] = fma_rn(scores[first + u], batch[j * LOADS + u], sums[j])
     for j in range(DIMS_A_THREAD):
         if t + j * CHUNK < dims:
-            o[r, h, c, t + j * CHUNK] = acc2[j]
+            o[r, h, c, t + j * CHUNK] = sums[j]
 
 
 @kernel
