@@ -251,20 +251,20 @@ class CudaBackend:
     def linear_parts(self, x, weight, widths):
         """NumpyBackend.linear_parts on the device: one GEMV that writes each part whole (gemv.launch_gemv's
         `parts`), so each is a contiguous array with no copy."""
-        if weight.kind == "affine":
-            return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
-                                    weight.biases, weight.bits, weight.group_size, stream=self.stream, parts=widths)
-        kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
-        return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, parts=widths)
+        return self._gemv(x, weight, parts=widths)
 
     def swiglu(self, x, weight):
         """NumpyBackend.swiglu on the device: one GEMV whose warps hold each gate output beside its up output and
         write SiLU(gate) * up (gemv.launch_gemv's `gated`)."""
+        return self._gemv(x, weight, gated=True)
+
+    def _gemv(self, x, weight, **options):
+        """gemv.launch_gemv for a Linear of any form, with its `parts` or `gated` options."""
         if weight.kind == "affine":
             return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
-                                    weight.biases, weight.bits, weight.group_size, stream=self.stream, gated=True)
+                                    weight.biases, weight.bits, weight.group_size, stream=self.stream, **options)
         kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
-        return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, gated=True)
+        return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, **options)
 
     def embed(self, ids, weight):
         kernels = {"f32": gemv.embed_f32_kernel, "bf16": gemv.embed_bf16_kernel, "affine": gemv.embed_affine_kernel}

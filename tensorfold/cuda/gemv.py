@@ -51,8 +51,8 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
-from .fmath import add_rounded_once, fma_rn, fma_rn_twin, silu32, silu32_twin, tree_sum
 from .elementwise import launch_elementwise, silu_mul_kernel
+from .fmath import add_rounded_once, fma_rn, fma_rn_twin, silu32, silu32_twin, tree_sum
 from .launch import kernel
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
@@ -214,7 +214,7 @@ WIDE_WARPS = 4096  # the warps such a call has at WIDE_OUTPUTS outputs a warp, a
 TILES = (1, 4, 8)  # rows a block of the tile kernel holds: the least that holds a call's rows, 8 past that
 ROW_OUTPUTS = 4  # outputs a warp of the one-row kernel computes, in a call of ROW_WIDE_WARPS warps or more
 ROW_STEP = 4  # chunks of each output it then loads before it multiplies
-ROW_WIDE_WARPS = 2048  # (8,192 outputs: the 2B's stacked projections and head)
+ROW_WIDE_WARPS = 2048  # warps at ROW_OUTPUTS a warp from which a one-row call takes that shape (8,192 outputs)
 NARROW_OUTPUTS = 2  # outputs a warp and chunks a step of a one-row call with fewer warps: twice the warps, and as
 NARROW_STEP = 8  # many loads in flight a warp
 GATED_ROWS = 4  # rows up to which a gated call's kernel writes SiLU(gate) * up itself (see `launch_gemv`)
