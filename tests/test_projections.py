@@ -72,7 +72,8 @@ def test_stacked_projections_in_the_simulator(tmp_path, monkeypatch, on_gpu):
 
 def test_mlp_of_gate_and_up_in_different_forms(tmp_path, tiny_mlx4):
     """Gate and up of different forms (one 8-bit, one 4-bit) are two GEMVs and a product; in one form, one gated
-    GEMV; both give down(SiLU(gate(x)) * up(x)) computed projection by projection."""
+    GEMV; both give down(SiLU(gate(x)) * up(x)) computed projection by projection. Control: the same with gate and
+    up swapped gives other bytes, so the comparison catches a path that mixes them up."""
     import json
     import os
     from test_checkpoint import rewrite
@@ -96,5 +97,7 @@ def test_mlp_of_gate_and_up_in_different_forms(tmp_path, tiny_mlx4):
     for net, stacks in ((model.net, 1), (tensorfold.load(folder, backend="numpy").net, 2)):
         p, ops, w = "layers.0.mlp.", net.ops, net.weights
         assert len(net.projections[p]) == stacks
-        hidden = ops.silu_mul(ops.linear(x, w[p + "gate_proj.weight"]), ops.linear(x, w[p + "up_proj.weight"]))
-        assert net.mlp(x, p).tobytes() == ops.linear(hidden, w[p + "down_proj.weight"]).tobytes()
+        gate, up = ops.linear(x, w[p + "gate_proj.weight"]), ops.linear(x, w[p + "up_proj.weight"])
+        mlp = net.mlp(x, p).tobytes()
+        assert mlp == ops.linear(ops.silu_mul(gate, up), w[p + "down_proj.weight"]).tobytes()
+        assert mlp != ops.linear(ops.silu_mul(up, gate), w[p + "down_proj.weight"]).tobytes()  # the control
