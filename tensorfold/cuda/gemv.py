@@ -22,7 +22,8 @@ through the SM, and the mapping is chosen for it:
 * several rows: `gemv_kernel`, blockIdx.y runs over tiles of 4 or 8 rows and a warp computes 2 outputs (4 in a call
   with warps to spare), so each dequantized weight feeds every row of the tile and each x value every output; x is
   laid out in *pair walk order* (`walk_x`), so that one 8-byte load brings a thread two of its columns and a warp's
-  32 loads are one coalesced 256-byte line;
+  32 loads are one coalesced 256-byte line; in a wide call of 8-row tiles, by tiles, so that every load of x sits
+  at a constant offset from one index, and the registers that saves hold the next chunk's codes, loaded ahead;
 * a gated GEMV (the MLP's gate and up stacked, up to GATED_ROWS rows): either kernel with each warp's outputs in
   pairs, a gate and its up, writing SiLU(gate) * up (`swiglu`), so the MLP's hidden values take no pass of their own;
 * coalesced loads: the threads of a warp take neighbouring chunks, so one load instruction of 4-bit codes covers
@@ -182,6 +183,16 @@ def swiglu(y):
 #   8-byte load (x viewed as uint64) brings two columns, and a warp's 32 loads are one coalesced 256-byte line. Half the
 #   load instructions of one float at a time: at 16 rows the kernel took 38 to 55 % less time
 #   (docs/receipts/2026-11-30-h200-stacked.md, section 1).
+# * x by tiles, and the next chunk ahead (a wide call with tiles of 8 rows: `x_layout_tile`): walk_x puts a round of
+#   the tile's 8 rows side by side ([tile, round, row, position]), so that row r's pair of a chunk is a constant
+#   offset from one index a chunk, and the loads need no address of their own (each row's was a 64-bit add a chunk).
+#   That frees 22 registers (128 to 106), which hold the next chunk's codes, scale and bias, loaded while this chunk
+#   is multiplied (121 registers). Timed cold at 16 rows: the head 1,004.5 to 910.0 us, 12,288 x 2,048 58.5 to 55.3,
+#   8,224 x 2,048 41.3 to 39.5; at 128 rows every 2B projection 5 to 10 % faster
+#   (docs/receipts/2026-12-01-h200-ahead.md). The other calls keep x row by row and load each chunk where it is used:
+#   with 2 outputs a warp the same change took 15 to 20 % longer (2,048 x 6,144 at 16 rows: 40.2 against 33.5 us;
+#   with registers to spare the compiler put each x load next to its use), and with tiles of 4 rows the 4-row head
+#   took 310.7 against 301.0.
 #
 # Both kernels end in `tree_writer`'s sums, written where `output_index` says: y [rows, out_features], or, for a
 # GEMV over stacked projections (qwen35.PROJECTIONS), each projection's outputs as a whole [rows, width] array of
@@ -219,6 +230,8 @@ NARROW_OUTPUTS = 2  # outputs a warp and chunks a step of a one-row call with fe
 NARROW_STEP = 8  # many loads in flight a warp
 GATED_ROWS = 4  # rows up to which a gated call's kernel writes SiLU(gate) * up itself (see `launch_gemv`)
 WARPS = 4  # warps a block
+ROUND = THREADS * CHUNK  # columns in a round of the walk: THREADS chunks, one a thread
+ROUND_PAIRS = ROUND // 2  # pairs of them
 
 
 @cuda.jit(device=True)
@@ -230,22 +243,36 @@ def walk_column(p):
     return round_start + pair % THREADS * CHUNK + pair // THREADS * 2 + p % 2
 
 
-def walk_x(x):
-    """The twin of `walk_x_kernel`: x [rows, K] in pair walk order, whole rounds of THREADS * CHUNK positions
-    (those past the last column hold zero)."""
+def walk_x(x, tile):
+    """The twin of `walk_x_kernel`: x [rows, K] in pair walk order, by tiles of `tile` rows: float32 [tiles,
+    rounds, tile, THREADS * CHUNK], where [T, R, r] is row T * tile + r's round R (its columns R * THREADS * CHUNK
+    onwards in pair walk order). Positions past the last column, and rows past the last, hold zero."""
     rows, columns = np.shape(x)
-    positions = np.arange(-(-columns // (THREADS * CHUNK)) * THREADS * CHUNK)
-    column = walk_column.py_func(positions)
-    return np.where(column < columns, np.asarray(x, np.float32)[:, np.minimum(column, columns - 1)], np.float32(0))
+    tiles, rounds = -(-rows // tile), -(-columns // ROUND)
+    column = walk_column.py_func(np.arange(rounds * ROUND))
+    padded = np.zeros((tiles * tile, columns + 1), np.float32)  # column `columns` and the rows past the last: zero
+    padded[:rows, :columns] = x
+    walked = padded[:, np.minimum(column, columns)]  # [tiles * tile, rounds * THREADS * CHUNK]
+    return walked.reshape(tiles, tile, rounds, ROUND).transpose(0, 2, 1, 3).copy()
 
 
 @kernel
-def walk_x_kernel(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        r, p = i // out.shape[1], i % out.shape[1]
+def walk_x_kernel(x, tile, out):
+    """Thread (p, row): position p of row `row`'s walk (a row of the tiles, those past x's last included). The
+    position's divisions are by the constant THREADS * CHUNK, shifts; a division by a size known only at run time
+    costs tens of instructions, and at 16 rows of 6,144 columns this launch took 6 us longer with four of them."""
+    p, row = cuda.grid(1), cuda.blockIdx.y
+    if p < out.shape[1] * ROUND:
         column = walk_column(p)
-        out[r, p] = x[r, column] if column < x.shape[1] else np.float32(0)
+        inside = row < x.shape[0] and column < x.shape[1]
+        out[row // tile, p // ROUND, row % tile, p % ROUND] = x[row, column] if inside else np.float32(0)
+
+
+def x_layout_tile(rows, per_warp):
+    """The tiles `walk_x` lays x out in for a tile kernel of `rows` rows and `per_warp` outputs a warp: a wide
+    call's in tiles of 8 rows (WIDE_OUTPUTS, the largest of TILES) by its tiles, any other row by row (tiles of one
+    row). See "x by tiles" below for what was measured."""
+    return rows if per_warp == WIDE_OUTPUTS and rows == max(TILES) else 1
 
 
 @cuda.jit(device=True)
@@ -414,15 +441,18 @@ def tree_writer(rows, outputs, gated=False):
 
 def gemv_kernel(weight_format, rows, per_warp, gated=False):
     """The tile kernel for one `WeightFormat`, `rows` rows a block and `per_warp` outputs a warp (`gated`: pairs of
-    outputs, see `slot_output`); x in pair walk order, as uint64. The local arrays' sizes are constants of the
-    closure, as numba needs."""
+    outputs, see `slot_output`); x in pair walk order, as uint64, in the tiles of `x_layout_tile`: by the kernel's
+    tiles in a wide call of 8 rows (which also loads each chunk of codes a step ahead), else row by row. The local
+    arrays' sizes are constants of the closure, as numba needs."""
     hold, weight, whole_chunks = weight_format.hold, weight_format.weight, weight_format.whole_chunks
     accumulators, pair_values = rows * per_warp, 2 * rows
     held_words, held_floats = per_warp * weight_format.words, per_warp * weight_format.floats
     write_sums = tree_writer(rows, per_warp, gated)
+    by_tiles = x_layout_tile(rows, per_warp) == rows  # x's rows side by side a round, and the next chunk ahead
+    tile_round = rows * ROUND_PAIRS  # by tiles: pairs in a round of the tile's rows
 
     @kernel
-    def gemv_tile_kernel(x_pairs, pairs_width, columns, data, width, scales, biases, groups, y, rows_total,
+    def gemv_tile_kernel(x_pairs, rounds, columns, data, width, scales, biases, groups, y, rows_total,
                          out_features, end1, end2, end3):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
         base, count = warp_outputs(cuda.blockIdx.x * WARPS + warp, per_warp, out_features, gated)
@@ -430,30 +460,52 @@ def gemv_kernel(weight_format, rows, per_warp, gated=False):
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * per_warp + j]: row r, output base + j
         words = cuda.local.array(held_words, np.uint32)  # the chunk of each output, as stored
         floats = cuda.local.array(held_floats, np.float32)
+        ahead_words = cuda.local.array(held_words, np.uint32)  # by tiles: the next chunk of each output, loaded
+        ahead_floats = cuda.local.array(held_floats, np.float32)  # while this one is multiplied
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
         weight_rows = cuda.local.array(per_warp, np.uint64)  # where each output's row starts in `data`
         group_rows = cuda.local.array(per_warp, np.uint64)  # and its scales and biases (past the last: the last)
-        x_rows = cuda.local.array(rows, np.int64)  # where each row of the tile starts (past live: the last)
+        x_rows = cuda.local.array(rows, np.int64)  # row by row: where each row of the tile starts (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
         for j in range(per_warp):
             output = np.uint64(slot_output(base, j, count, gated))
             weight_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
         for r in range(rows):
-            x_rows[r] = (first + min(r, live - 1)) * pairs_width
+            x_rows[r] = (first + min(r, live - 1)) * rounds * ROUND_PAIRS
         if base < count:  # a warp past the last output only joins the tree
             chunks = -(-columns // CHUNK)
             interior = columns // CHUNK  # the chunks before this one are whole
+            if by_tiles and t < chunks:
+                for j in range(per_warp):
+                    hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(t), columns, ahead_words,
+                         ahead_floats, j, not whole_chunks and t >= interior)
             for c in range(t, chunks, THREADS):
                 careful = not whole_chunks and c >= interior  # a chunk cut short: check its columns
-                for j in range(per_warp):
-                    hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(c), columns, words, floats, j,
-                         careful)
-                round_pairs = (c - t) * (CHUNK // 2)  # where the chunk's round starts, in pairs
+                if by_tiles:  # this chunk came ahead; the next one's loads go out now
+                    for i in range(held_words):
+                        words[i] = ahead_words[i]
+                    for i in range(held_floats):
+                        floats[i] = ahead_floats[i]
+                    following = c + THREADS
+                    if following < chunks:
+                        for j in range(per_warp):
+                            hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(following), columns,
+                                 ahead_words, ahead_floats, j, not whole_chunks and following >= interior)
+                    round_pairs = np.uint64((cuda.blockIdx.y * rounds + c // THREADS) * tile_round + t)  # thread t's
+                else:
+                    for j in range(per_warp):
+                        hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(c), columns, words, floats,
+                             j, careful)
+                    round_pairs = np.uint64((c - t) * (CHUNK // 2))  # where the chunk's round starts in a row
                 for e in range(CHUNK):
                     if e % 2 == 0:  # columns e and e + 1 of each row, one load (zero past the last column)
                         for r in range(rows):
-                            pair = x_pairs[np.uint64(x_rows[r] + round_pairs + e // 2 * THREADS + t)]
+                            if by_tiles:  # at a constant offset from the chunk's index
+                                at = round_pairs + np.uint64(r * ROUND_PAIRS + e // 2 * THREADS)
+                            else:
+                                at = np.uint64(x_rows[r] + round_pairs + e // 2 * THREADS + t)
+                            pair = x_pairs[at]
                             xs[2 * r] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))  # the first: low half
                             xs[2 * r + 1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
                     if not careful or c * CHUNK + e < columns:
@@ -585,11 +637,11 @@ gemv_bf16_kernel = GemvKernels(bf16_format)
 gemv_affine_kernel = GemvKernels(affine_format, affine_row_kernel, wide=True)
 
 
-def launch_walk_x(x, stream=0):
-    """x [rows, K] on the device in pair walk order (see `walk_x`), float32."""
-    out = cuda.device_array((x.shape[0], -(-x.shape[1] // (THREADS * CHUNK)) * THREADS * CHUNK), np.float32,
-                            stream=stream)
-    walk_x_kernel[blocks_for(out.size), BLOCK, stream](x, out)
+def launch_walk_x(x, tile, stream=0):
+    """x [rows, K] on the device in pair walk order by tiles of `tile` rows (see `walk_x`), float32."""
+    tiles, rounds = -(-x.shape[0] // tile), -(-x.shape[1] // ROUND)
+    out = cuda.device_array((tiles, rounds, tile, ROUND), np.float32, stream=stream)
+    walk_x_kernel[(blocks_for(rounds * ROUND), tiles * tile), BLOCK, stream](x, tile, out)
     return out
 
 
@@ -621,9 +673,9 @@ def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None, ga
     weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
     blocks = -(-out_features // (WARPS * per_warp))
     if tile:
-        pairs = launch_walk_x(x, stream).view(np.uint64)  # two float32 columns a uint64, the first in the low half
-        kernel_for_call[(blocks, -(-rows // tile)), WARPS * THREADS, stream](flat(pairs), pairs.shape[1], x.shape[1],
-                                                                            *weight)
+        walked = launch_walk_x(x, x_layout_tile(tile, per_warp), stream)  # read as uint64: two columns a load
+        kernel_for_call[(blocks, -(-rows // tile)), WARPS * THREADS, stream](flat(walked).view(np.uint64),
+                                                                            walked.shape[1], x.shape[1], *weight)
     else:  # x as it is, read as uint64: two float32 columns a load, the first in the low half
         kernel_for_call[blocks, WARPS * THREADS, stream](flat(x).view(np.uint64), x.shape[1], *weight)
     if parts is None:
@@ -738,19 +790,22 @@ def _chunks_swapped(weight):
 
 
 def _walk_cases(mode, rng):
-    """x of a round's rows: a last round cut short, a chunk cut short, one short round; on GPU 2B's widths."""
-    shapes = [(1, 200), (3, 1280), (2, 5)] if mode == "sim" else [(1, 2048), (16, 6144), (17, 1030), (128, 1024)]
-    return [(f"{rows}x{columns}", {"x": rng.normal(size=(rows, columns)).astype(np.float32)})
-            for rows, columns in shapes]
+    """x of a round's rows in tiles: a last round cut short, a chunk cut short, one short round, a last tile of
+    fewer rows; on GPU 2B's widths in each tile of TILES."""
+    shapes = ([(1, 200, 1), (3, 1280, 4), (2, 5, 8), (17, 130, 8)] if mode == "sim" else
+              [(1, 2048, 1), (4, 2048, 4), (16, 6144, 8), (17, 1030, 8), (128, 1024, 8)])
+    return [(f"{rows}x{columns} in tiles of {tile}", {"x": rng.normal(size=(rows, columns)).astype(np.float32),
+                                                      "tile": tile})
+            for rows, columns, tile in shapes]
 
 
-def _launch_walk(x):
-    return to_host(launch_walk_x(cuda.to_device(x)))
+def _launch_walk(x, tile):
+    return to_host(launch_walk_x(cuda.to_device(x), tile))
 
 
 def _columns_shifted(inputs):
     """Planted: every column read one place to its left, as a walk off by one column would."""
-    return {"x": np.roll(inputs["x"], 1, axis=1)} if inputs["x"].shape[1] > 1 else None
+    return {**inputs, "x": np.roll(inputs["x"], 1, axis=1)} if inputs["x"].shape[1] > 1 else None
 
 
 _ROW_CONTROLS = {"two swapped rows": swap_rows("x"), "a dropped row": drop_row("x")}
