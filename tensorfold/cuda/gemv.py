@@ -187,8 +187,8 @@ def swiglu(y):
 #   the tile's 8 rows side by side ([tile, round, row, position]), so that row r's pair of a chunk is a constant
 #   offset from one index a chunk, and the loads need no address of their own (each row's was a 64-bit add a chunk).
 #   That frees 22 registers (128 to 106), which hold the next chunk's codes, scale and bias, loaded while this chunk
-#   is multiplied (121 registers). Timed cold at 16 rows: the head 1,004.5 to 910.0 us, 12,288 x 2,048 58.5 to 55.3,
-#   8,224 x 2,048 41.3 to 39.5; at 128 rows every 2B projection 5 to 10 % faster
+#   is multiplied (124 registers). Timed cold at 16 rows: the head 1,005.5 to 935.0 us, 12,288 x 2,048 58.3 to 56.4;
+#   at 128 rows 12,288 x 2,048 397.0 to 368.1, and every 2B projection 5 to 10 % faster
 #   (docs/receipts/2026-12-01-h200-ahead.md). The other calls keep x row by row and load each chunk where it is used:
 #   with 2 outputs a warp the same change took 15 to 20 % longer (2,048 x 6,144 at 16 rows: 40.2 against 33.5 us;
 #   with registers to spare the compiler put each x load next to its use), and with tiles of 4 rows the 4-row head
@@ -245,22 +245,22 @@ def walk_column(p):
 
 def walk_x(x, tile):
     """The twin of `walk_x_kernel`: x [rows, K] in pair walk order, by tiles of `tile` rows: float32 [tiles,
-    rounds, tile, THREADS * CHUNK], where [T, R, r] is row T * tile + r's round R (its columns R * THREADS * CHUNK
-    onwards in pair walk order). Positions past the last column, and rows past the last, hold zero."""
+    rounds, tile, ROUND], where [T, R, r] is row T * tile + r's round R (its columns R * ROUND onwards in pair walk
+    order). Positions past the last column, and rows past the last, hold zero. Tiles of one row are x row by row."""
     rows, columns = np.shape(x)
     tiles, rounds = -(-rows // tile), -(-columns // ROUND)
     column = walk_column.py_func(np.arange(rounds * ROUND))
     padded = np.zeros((tiles * tile, columns + 1), np.float32)  # column `columns` and the rows past the last: zero
     padded[:rows, :columns] = x
-    walked = padded[:, np.minimum(column, columns)]  # [tiles * tile, rounds * THREADS * CHUNK]
+    walked = padded[:, np.minimum(column, columns)]  # [tiles * tile, rounds * ROUND]
     return walked.reshape(tiles, tile, rounds, ROUND).transpose(0, 2, 1, 3).copy()
 
 
 @kernel
 def walk_x_kernel(x, tile, out):
     """Thread (p, row): position p of row `row`'s walk (a row of the tiles, those past x's last included). The
-    position's divisions are by the constant THREADS * CHUNK, shifts; a division by a size known only at run time
-    costs tens of instructions, and at 16 rows of 6,144 columns this launch took 6 us longer with four of them."""
+    position's divisions are by the constant ROUND (shifts): a division by a size known only at run time costs tens
+    of instructions."""
     p, row = cuda.grid(1), cuda.blockIdx.y
     if p < out.shape[1] * ROUND:
         column = walk_column(p)
