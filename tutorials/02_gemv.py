@@ -82,9 +82,9 @@ print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_
 # The tile kernel reads x in *pair walk order*: a thread's columns e and e + 1 side by side, and the threads' pairs
 # side by side, so that one 8-byte load brings a thread two columns and the 32 threads of a warp read 256
 # neighbouring bytes (the columns t * CHUNK + e they need are CHUNK floats apart). `walk_x` is that layout, and a
-# small kernel makes it. For a wide call's kernel (WIDE_OUTPUTS outputs a warp) it also puts each round of a
-# tile's rows together, [tile, round, row, position], so that a thread finds every row's pair at a constant offset
-# from one index a chunk; other calls take it row by row (tiles of one row):
+# small kernel makes it. For a wide call's kernel (WIDE_OUTPUTS outputs a warp, tiles of 8 rows) it also puts each
+# round of a tile's rows together, [tile, round, row, position], so that a thread finds every row's pair at a
+# constant offset from one index a chunk; other calls take it row by row (tiles of one row). Here tiles of 4:
 walked = gemv.walk_x(np.arange(2 * 64, dtype=np.float32).reshape(2, 64), 4)
 print(f"x in pair walk order, first positions: {walked[0, 0, 0, :8].tolist()} (columns; padded to a whole round)")
 check(walked.shape == (1, 1, 4, gemv.THREADS * gemv.CHUNK) and walked[0, 0, 1, 1] == 64 + 1

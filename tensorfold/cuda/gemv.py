@@ -186,13 +186,13 @@ def swiglu(y):
 # * x by tiles, and the next chunk ahead (a wide call with tiles of 8 rows: `x_layout_tile`): walk_x puts a round of
 #   the tile's 8 rows side by side ([tile, round, row, position]), so that row r's pair of a chunk is a constant
 #   offset from one index a chunk, and the loads need no address of their own (each row's was a 64-bit add a chunk).
-#   That frees 22 registers (128 to 106), which hold the next chunk's codes, scale and bias, loaded while this chunk
-#   is multiplied (124 registers). Timed cold at 16 rows: the head 1,005.5 to 935.0 us, 12,288 x 2,048 58.3 to 56.4;
-#   at 128 rows 12,288 x 2,048 397.0 to 368.1, and every 2B projection 5 to 10 % faster
+#   That frees 22 registers (128 to 106 with ptxas 12.9), which hold the next chunk's codes, scale and bias, loaded
+#   while this chunk is multiplied (124 registers). Timed cold at 16 rows: the head 1,005.5 to 935.0 us, 12,288 x
+#   2,048 58.3 to 56.4; at 128 rows 12,288 x 2,048 397.0 to 368.1, and every 2B projection 5 to 10 % faster
 #   (docs/receipts/2026-12-01-h200-ahead.md). The other calls keep x row by row and load each chunk where it is used:
-#   with 2 outputs a warp the same change took 15 to 20 % longer (2,048 x 6,144 at 16 rows: 40.2 against 33.5 us;
-#   with registers to spare the compiler put each x load next to its use), and with tiles of 4 rows the 4-row head
-#   took 310.7 against 301.0.
+#   with 2 outputs a warp the same change took 15 to 20 % longer (2,048 x 6,144 at 16 rows: 40.2 against 33.7 us;
+#   with registers to spare the compiler spread the x loads among the multiply-adds, and these calls have no warps
+#   to spare to hide the wait), and with tiles of 4 rows the 4-row head took 310.7 against 301.0.
 #
 # Both kernels end in `tree_writer`'s sums, written where `output_index` says: y [rows, out_features], or, for a
 # GEMV over stacked projections (qwen35.PROJECTIONS), each projection's outputs as a whole [rows, width] array of
@@ -465,7 +465,7 @@ def gemv_kernel(weight_format, rows, per_warp, gated=False):
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
         weight_rows = cuda.local.array(per_warp, np.uint64)  # where each output's row starts in `data`
         group_rows = cuda.local.array(per_warp, np.uint64)  # and its scales and biases (past the last: the last)
-        x_rows = cuda.local.array(rows, np.int64)  # row by row: where each row of the tile starts (past live: the last)
+        x_rows = cuda.local.array(rows, np.int64)  # row by row: where each row starts (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
         for j in range(per_warp):
