@@ -59,7 +59,7 @@ from numba import cuda
 
 from ..contract import KernelCheck
 from . import paths
-from .common import BLOCK, blocks_for, swap_rows, to_host
+from .common import BLOCK, blocks_for, flat, swap_rows, to_host
 from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, sigmoid32, sigmoid32_twin, tree_sum
 from .launch import kernel
 
@@ -309,7 +309,6 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     l = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     o = cuda.device_array((rows, heads, chunks, head_dim), np.float32, stream=stream)
     assert head_dim <= DIMS_A_THREAD * CHUNK, f"head_dim {head_dim} over the partial's {DIMS_A_THREAD * CHUNK}"
-    flat = lambda a: a.reshape(a.size)  # noqa: E731 (contiguous: the kernel forms each index itself)
     attention_partial_kernel[(chunks, heads, rows), CHUNK, stream](flat(q), flat(keys), flat(values), heads,
                                                                    keys.shape[1], head_dim, n_keys, committed,
                                                                    path_slots, scale, chunk, m, l, o)

@@ -1,4 +1,5 @@
-"""Small helpers shared by the kernel files: the element-grid size, copying results back, and planted controls."""
+"""Small helpers shared by the kernel files: the element-grid size, flat views, copying results back, and planted
+controls."""
 import numpy as np
 
 BLOCK = 256  # threads per block of the one-thread-per-element kernels
@@ -7,6 +8,11 @@ BLOCK = 256  # threads per block of the one-thread-per-element kernels
 def blocks_for(n: int) -> int:
     """Blocks of BLOCK threads that cover n elements."""
     return max(1, -(-n // BLOCK))
+
+
+def flat(a):
+    """A contiguous device array as a one-dimensional view (kernels that take it form each index themselves)."""
+    return a.reshape(a.size)
 
 
 def to_host(outputs):

@@ -51,7 +51,7 @@ import numpy as np
 from numba import cuda
 
 from ..contract import KernelCheck
-from .common import BLOCK, blocks_for, drop_row, swap_rows, to_host
+from .common import BLOCK, blocks_for, drop_row, flat, swap_rows, to_host
 from .elementwise import launch_elementwise, silu_mul_kernel
 from .fmath import add_rounded_once, fma_rn, fma_rn_twin, silu32, silu32_twin, tree_sum
 from .launch import kernel
@@ -643,11 +643,6 @@ def launch_walk_x(x, tile, stream=0):
     out = cuda.device_array((tiles, rounds, tile, ROUND), np.float32, stream=stream)
     walk_x_kernel[(blocks_for(rounds * ROUND), tiles * tile), BLOCK, stream](x, tile, out)
     return out
-
-
-def flat(a):
-    """A contiguous device array as a one-dimensional view (the kernels form each index themselves)."""
-    return a.reshape(a.size)
 
 
 def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None, gated=False):
