@@ -76,14 +76,14 @@ def test_replayed_rounds_equal_eager_rounds(graph_model, eager):
 def test_control_stale_inputs_are_caught(graph_model, eager, monkeypatch):
     """Control: a replay that reads the round's integers of the recording (never rewritten) differs."""
     graphs = DecodeGraphs(graph_model.net)
-    original = graph_model.backend.upload_into
+    original = graphs.write_integers
     fills = []
 
-    def only_first(dst, array):
+    def only_first(recorded, windows):
         if not fills:
-            original(dst, array)
+            original(recorded, windows)
         fills.append(1)
-    monkeypatch.setattr(graph_model.backend, "upload_into", only_first)
+    monkeypatch.setattr(graphs, "write_integers", only_first)
     got = decode(graph_model, 2, graphs)
     assert got[0] == eager[0] and got[1] != eager[1]
 

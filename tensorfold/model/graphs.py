@@ -14,8 +14,9 @@ one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a
    over the stored ones (`in_place`), then each stream's `commit_in_place` (which copies whatever was not
    written in place). The keys and values are already in place: `kv_write` puts them at the cache row
    the buffer says.
-3. The round's integers are copied into the fixed buffer, the graph is replayed, and each stream's `keep(1)` then
-   only counts the row (`kept_on_device`).
+3. The round's integers are written into the recording's pinned host buffer (`CudaBackend.mapped`: a store, no
+   driver call), the graph is replayed, its first kernel copies them into the fixed buffer, and each stream's
+   `keep(1)` then only counts the row (`kept_on_device`).
 
 The logits are the graph's own output buffer: read them (sample) before the next round. A recording is keyed by the
 identity of every cache buffer of its streams, in order; the graph keeps those buffers alive (it holds every
@@ -40,7 +41,8 @@ HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: 
 @dataclasses.dataclass
 class Recorded:
     graph: object  # tensorfold.cuda.graphs.Graph
-    table: object  # the fixed [4, rows] int32 device buffer its RoundInputs read
+    integers: object  # the round's [4, rows] int32 integers, in pinned host memory: the replay's first kernel
+    #                   copies them into the fixed device buffer its RoundInputs read
     logits: list  # each window's logits, in the graph's output buffer
 
 
@@ -76,22 +78,30 @@ class DecodeGraphs:
             while len(self.recordings) > self.capacity:
                 self.recordings.popitem(last=False)
         self.recordings.move_to_end(key)
-        self.net.ops.upload_into(recorded.table, RoundInputs.table(windows))
+        self.write_integers(recorded, windows)
         recorded.graph.replay()
         self.replayed += 1
         for win in windows:
             win.state.window_rows, win.state.kept_on_device = 1, True
         return recorded.logits
 
+    def write_integers(self, recorded: Recorded, windows: list) -> None:
+        """The round's integers into the recording's host buffer, once its last replay has copied them out (in the
+        engine it has: that round's tokens came back, so the wait returns at once)."""
+        self.net.ops.synchronize()
+        recorded.integers[...] = RoundInputs.table(windows)
+
     def _record(self, windows: list) -> Recorded:
         """Record the forward and the in-place keep of a decode round over a fixed input buffer."""
         ops = self.net.ops
+        integers, readable = ops.mapped((4, len(windows)), np.int32)
         table = ops.upload(np.zeros((4, len(windows)), np.int32))
         inputs = RoundInputs.on(ops, table, recorded=True)
         for win in windows:
             win.maps  # a one-row chain's maps, uploaded before the recording (an upload cannot be recorded)
         try:
             with graphs.Recording(ops.stream) as recording:
+                ops.copy_into(table, readable)  # the kernels after it read device memory, not the host's, each time
                 logits = self.net.forward_round(windows, inputs=inputs)
                 with ops.side_by_side(len(windows)) as lanes:
                     for n, win in enumerate(windows):
@@ -101,4 +111,4 @@ class DecodeGraphs:
             for win in windows:
                 win.state.records, win.state.window_rows = {}, 0
         self.recorded += 1
-        return Recorded(recording.graph, table, logits)
+        return Recorded(recording.graph, integers, logits)
