@@ -143,6 +143,9 @@ class NumpyBackend:
         """Overwrite dst with src (same shape), in place."""
         dst[...] = src
 
+    def synchronize(self):
+        """Wait for queued work: NumPy has none (every call has finished when it returns)."""
+
     def concat_rows(self, arrays):
         """Arrays of equal trailing shape stacked along their rows, as one new array."""
         return np.concatenate(arrays)

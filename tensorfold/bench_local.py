@@ -144,12 +144,6 @@ def checkpoint_folder(name: str, seed: int, cache: str) -> str:
 
 # --- timing helpers -------------------------------------------------------------------------------------------
 
-def synchronize(backend) -> None:
-    """Wait for the backend's queued work (the cuda backend's stream; NumPy has none)."""
-    if backend.name == "cuda":
-        backend.stream.synchronize()
-
-
 def device_free_bytes(backend) -> int | None:
     """Free device memory once the frees numba defers have run (cuda), or None (numpy)."""
     if backend.name != "cuda":
@@ -176,7 +170,7 @@ def device_seconds(backend, launch, repeats: int) -> float:
     """Seconds per call of `launch` (which only queues work). On cuda the calls are queued behind a kernel that
     holds the stream, so they run back to back on the device, timed between two events; on numpy, wall time."""
     launch()  # compile and warm
-    synchronize(backend)
+    backend.synchronize()
     if backend.name != "cuda":
         started = time.perf_counter()
         for _ in range(repeats):
@@ -228,12 +222,12 @@ def op_seconds(backend, repeats: int = 500) -> float:
     cost of a launch when the work itself is nothing."""
     a, b = backend.upload(np.ones((1, 1), np.float32)), backend.upload(np.ones((1, 1), np.float32))
     backend.add(a, b)
-    synchronize(backend)
+    backend.synchronize()
     started = time.perf_counter()
     for _ in range(repeats):
         backend.add(a, b)
     seconds = (time.perf_counter() - started) / repeats
-    synchronize(backend)
+    backend.synchronize()
     return seconds
 
 
@@ -288,10 +282,10 @@ class TimingBackend(CountingBackend):
             return attribute
 
         def timed(*args, **kwargs):
-            synchronize(self.backend)
+            self.backend.synchronize()
             started = time.perf_counter()
             result = attribute(*args, **kwargs)
-            synchronize(self.backend)
+            self.backend.synchronize()
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
             self.counts[name] = self.counts.get(name, 0) + 1
             return result
@@ -343,11 +337,11 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
         engine.run_round()
     free_after = device_free_bytes(model.backend)
     state_bytes = max(stream.state.nbytes for stream in engine.active)
-    synchronize(model.backend)
+    model.backend.synchronize()
     started, rounds = time.perf_counter(), 0
     while engine.run_round():
         rounds += 1
-    synchronize(model.backend)
+    model.backend.synchronize()
     seconds = time.perf_counter() - started
     produced = sum(len(r.output) for r in requests) - streams * warmup
     graphs = engine.graphs
@@ -364,10 +358,10 @@ def prefill_rate(model, length: int, rng) -> dict:
     ids = rng.integers(0, model.config.vocab_size, length).tolist()
     free_before = device_free_bytes(model.backend)
     state = model.net.new_state(max_rows=length)
-    synchronize(model.backend)
+    model.backend.synchronize()
     started = time.perf_counter()
     model.backend.to_host(model.prefill(ids, state))
-    synchronize(model.backend)
+    model.backend.synchronize()
     seconds = time.perf_counter() - started
     free_after = device_free_bytes(model.backend)
     return {"tokens": length, "seconds": seconds, "tok_s": length / seconds,

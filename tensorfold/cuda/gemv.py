@@ -471,8 +471,9 @@ def gemv_kernel(weight_format, rows, per_warp, gated=False):
         for j in range(per_warp):
             output = np.uint64(slot_output(base, j, count, gated))
             weight_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
-        for r in range(rows):
-            x_rows[r] = (first + min(r, live - 1)) * rounds * ROUND_PAIRS
+        if not by_tiles:
+            for r in range(rows):
+                x_rows[r] = (first + min(r, live - 1)) * rounds * ROUND_PAIRS
         if base < count:  # a warp past the last output only joins the tree
             chunks = -(-columns // CHUNK)
             interior = columns // CHUNK  # the chunks before this one are whole

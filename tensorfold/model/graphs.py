@@ -41,8 +41,7 @@ HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: 
 @dataclasses.dataclass
 class Recorded:
     graph: object  # tensorfold.cuda.graphs.Graph
-    integers: object  # the round's [4, rows] int32 integers, in pinned host memory: the replay's first kernel
-    #                   copies them into the fixed device buffer its RoundInputs read
+    integers: object  # the round's [4, rows] int32 in pinned host memory, copied to the device by its first kernel
     logits: list  # each window's logits, in the graph's output buffer
 
 
