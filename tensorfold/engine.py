@@ -225,21 +225,22 @@ class Engine:
         windows = [self._window(stream) for stream in streams]
         try:
             if self.graphs is not None and self.graphs.eligible(windows, self.drafter.taps):
-                all_logits = self.graphs.run(windows)  # forward and keep, replayed; `keep(1)` below only counts
+                logits, starts = self.graphs.run(windows)  # forward and keep, replayed; `keep(1)` below only counts
             else:
-                all_logits = self.model.net.forward_round(windows, taps=self.drafter.taps)
+                logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)
         except Exception as error:  # a failed round ends its streams with the error; the engine serves on
             for stream in streams:
                 stream.request.error = error
                 self._finish(stream, "error")
             return True
-        for stream, window, draw in zip(streams, windows, self._draws(streams, windows, all_logits)):
+        for stream, window, draw in zip(streams, windows, self._draws(streams, windows, logits, starts)):
             self._after(stream, window, draw)
         self.rounds += 1
         return True
 
-    def _draws(self, streams, windows, all_logits) -> list:
-        """For each stream, `draw(row)`: the model's token at a row of its window's logits.
+    def _draws(self, streams, windows, logits, starts) -> list:
+        """For each stream, `draw(row)`: the model's token at a row of its window's logits (rows starts[s] ..
+        starts[s + 1] - 1 of the round's `logits`).
 
         The draws of the whole round are made in one backend call, on the device when the backend has one, and only
         the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
@@ -247,26 +248,29 @@ class Engine:
         (the penalties follow the tokens emitted so far), so its rows are drawn there, one at a time, as the walk
         reaches them. A prompt chunk that does not end the prompt draws nothing."""
         draws, batch = [None] * len(streams), []
-        for s, (stream, window, logits) in enumerate(zip(streams, windows, all_logits)):
+        for s, (stream, window) in enumerate(zip(streams, windows)):
             request, p = stream.request, stream.request.params
             if window.logits_for == "last" and stream.prompt_fed + len(window.ids) < len(request.prompt):
                 continue
             if p.presence_penalty or p.frequency_penalty or p.logprobs is not None:
-                host = self.model.backend.to_host(logits)
+                host = self.model.backend.to_host(logits[starts[s]:starts[s + 1]])
                 draws[s] = lambda row, request=request, host=host: self._sample(request, host[row])
                 continue
             depths = [0] if window.logits_for == "last" else window.depths
-            batch.append((s, logits, [len(request.output) + d for d in depths], request))
+            batch.append((s, [len(request.output) + d for d in depths], request))
         if batch:
             backend = self.model.backend
-            logits = backend.concat_rows([b[1] for b in batch]) if len(batch) > 1 else batch[0][1]
-            rows = [(b[3], position) for b in batch for position in b[2]]
+            if len(batch) == len(streams):  # every stream's rows, in order: the round's logits as they are
+                drawn = logits
+            else:  # (a device array's slice costs host time: made only here)
+                drawn = backend.concat_rows([logits[starts[s]:starts[s + 1]] for s, _, _ in batch])
+            rows = [(request, position) for _, positions, request in batch for position in positions]
             tokens = backend.sample_rows(
-                logits, np.array([r.seed for r, _ in rows], np.uint64), np.array([n for _, n in rows], np.uint64),
+                drawn, np.array([r.seed for r, _ in rows], np.uint64), np.array([n for _, n in rows], np.uint64),
                 *(np.array([getattr(r.params, f) for r, _ in rows], dtype) for f, dtype in (
                     ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32))))
             start = 0
-            for s, _, positions, _ in batch:
+            for s, positions, _ in batch:
                 mine = [int(t) for t in tokens[start:start + len(positions)]]
                 draws[s] = mine.__getitem__
                 start += len(positions)

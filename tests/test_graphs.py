@@ -46,8 +46,9 @@ def decode(model, rounds: int, graphs: DecodeGraphs | None) -> list:
     seen = []
     for _ in range(rounds):
         windows = [Window(state, [token]) for state, token in zip(states, tokens)]
-        logits = graphs.run(windows) if graphs is not None else net.forward_round(windows)
-        rows = [model.backend.to_host(lg) for lg in logits]
+        logits, starts = graphs.run(windows) if graphs is not None else net.forward_logits(windows)
+        every = model.backend.to_host(logits)
+        rows = [every[a:b] for a, b in zip(starts[:-1], starts[1:])]
         for state in states:
             state.keep(1)
         seen.append(b"".join(r.tobytes() for r in rows))

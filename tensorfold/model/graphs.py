@@ -18,7 +18,8 @@ one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a
    driver call), the graph is replayed, its first kernel copies them into the fixed buffer, and each stream's
    `keep(1)` then only counts the row (`kept_on_device`).
 
-The logits are the graph's own output buffer: read them (sample) before the next round. A recording is keyed by the
+The logits are the graph's own output buffer, one row for each stream in order, which the engine's sampling reads
+as it is: read them before the next round. A recording is keyed by the
 identity of every cache buffer of its streams, in order; the graph keeps those buffers alive (it holds every
 argument it launched), so no other array can take one of those identities while the key is in the cache. A stream
 joining or leaving, or a grown buffer, makes a new key and a new recording; at most `capacity` are kept, the least
@@ -42,7 +43,8 @@ HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: 
 class Recorded:
     graph: object  # tensorfold.cuda.graphs.Graph
     integers: object  # the round's [4, rows] int32 in pinned host memory, copied to the device by its first kernel
-    logits: list  # each window's logits, in the graph's output buffer
+    logits: object  # the graph's output buffer: the logits [streams, vocab], a row for each window in order
+    starts: list  # where each window's row starts in it, and the end (as Qwen35.forward_logits gives them)
 
 
 class DecodeGraphs:
@@ -59,9 +61,9 @@ class DecodeGraphs:
         (a block drafter keeps the tapped features, which a replay would overwrite)."""
         return not taps and all(len(w.ids) == 1 and w.parents is None and w.logits_for == "all" for w in windows)
 
-    def run(self, windows: list) -> list:
-        """Forward and keep a decode round from its recording; returns each window's logits. Each stream's
-        `keep(1)` afterwards only counts the row."""
+    def run(self, windows: list) -> tuple:
+        """Forward and keep a decode round from its recording; returns the round's logits and where each window's
+        row starts, as `Qwen35.forward_logits` does. Each stream's `keep(1)` afterwards only counts the row."""
         assert self.eligible(windows), "a graph runs decode rounds only"
         for win in windows:
             state = win.state
@@ -82,7 +84,7 @@ class DecodeGraphs:
         self.replayed += 1
         for win in windows:
             win.state.window_rows, win.state.kept_on_device = 1, True
-        return recorded.logits
+        return recorded.logits, recorded.starts
 
     def write_integers(self, recorded: Recorded, windows: list) -> None:
         """The round's integers into the recording's host buffer, once its last replay has copied them out (in the
@@ -101,7 +103,7 @@ class DecodeGraphs:
         try:
             with graphs.Recording(ops.stream) as recording:
                 ops.copy_into(table, readable)  # the kernels after it read device memory, not the host's, each time
-                logits = self.net.forward_round(windows, inputs=inputs)
+                logits, starts = self.net.forward_logits(windows, inputs=inputs)
                 with ops.side_by_side(len(windows)) as lanes:
                     for n, win in enumerate(windows):
                         with lanes.lane(n):
@@ -110,4 +112,4 @@ class DecodeGraphs:
             for win in windows:
                 win.state.records, win.state.window_rows = {}, 0
         self.recorded += 1
-        return Recorded(recording.graph, integers, logits)
+        return Recorded(recording.graph, integers, logits, starts)

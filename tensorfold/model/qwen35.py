@@ -382,6 +382,12 @@ class Qwen35:
         `taps` names layers whose outputs (the residual stream after the layer, before the final norm) a block
         drafter reads: each window's `features` gets them, one [rows, hidden] array per tapped layer. `inputs` are
         the round's integers on the backend (by default uploaded from the windows)."""
+        logits, starts = self.forward_logits(windows, taps, inputs)
+        return [logits[a:b] for a, b in zip(starts[:-1], starts[1:])]
+
+    def forward_logits(self, windows: list, taps: tuple = (), inputs: RoundInputs | None = None) -> tuple:
+        """`forward_round`'s logits as one array, every window's rows after the window before's, and where each
+        window's rows start in it (a last entry: the end). Sampling reads the array as it is, with no copy."""
         c, w, ops = self.config, self.weights, self.ops
         bounds = np.cumsum([0] + [len(win.ids) for win in windows])
         spans = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -416,8 +422,7 @@ class Qwen35:
         else:
             rows = ops.concat_rows([h[a:b] for a, b in wanted])
         logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps), self.lm_head)
-        counts = np.cumsum([0] + [b - a for a, b in wanted])
-        return [logits[int(a):int(b)] for a, b in zip(counts[:-1], counts[1:])]
+        return logits, [int(n) for n in np.cumsum([0] + [b - a for a, b in wanted])]
 
     def mlp(self, x, p):
         """SwiGLU: down(SiLU(gate(x)) * up(x)). Gate and up stacked in one weight (the same form, as in every
