@@ -118,3 +118,22 @@ def test_engine_graphs_on_equals_off(graph_model):
         if graphs:  # the mix this test is for: replayed rounds and a drafted (eager) one
             assert engine.graphs.replayed > 0 and any(r.stats.draft_rounds for r in submitted)
     assert outputs[True] == outputs[False]
+
+
+def test_recording_key_follows_the_buffers():
+    """A recording's key (`StreamState.settled_buffers`) stays through an eager keep once `settle` has put the
+    DeltaNet state back in the stream's own buffer, and changes when a key/value buffer grows, which a replay
+    must never miss. Control: a key of the DeltaNet buffers alone misses the growth."""
+    from conftest import sim_lanes_config
+    from tensorfold.backend import NumpyBackend
+    state = StreamState(sim_lanes_config(), NumpyBackend())
+    key = lambda buffers: tuple(id(b) for b in buffers)  # noqa: E731
+    before = key(state.settled_buffers())
+    layer = next(iter(state.recurrent))
+    state.recurrent[layer] = state.recurrent[layer] + 1  # an eager keep points the state at the scan's output
+    state.settle()
+    assert key(state.settled_buffers()) == before
+    deltanet_only = key(state.settled_buffers()[:1])
+    state.reserve(8)  # the key/value buffers grow
+    assert key(state.settled_buffers()) != before
+    assert key(state.settled_buffers()[:1]) == deltanet_only  # the control would not have seen it

@@ -20,8 +20,10 @@ one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a
 
 The logits are the graph's own output buffer, one row for each stream in order, which the engine's sampling reads
 as it is: read them before the next round. A recording is keyed by the
-identity of every cache buffer of its streams, in order; the graph keeps those buffers alive (it holds every
-argument it launched), so no other array can take one of those identities while the key is in the cache. A stream
+identity of its streams' cache buffers, in order (`StreamState.settled_buffers`: once settled, a stream's own
+DeltaNet states and conv tails never change, so the first stands for them all, and then its key/value buffers); the
+graph keeps those buffers alive (it holds every argument it launched), so no other array can take one of those
+identities while the key is in the cache. A stream
 joining or leaving, or a grown buffer, makes a new key and a new recording; at most `capacity` are kept, the least
 recently used dropped first.
 
@@ -72,7 +74,7 @@ class DecodeGraphs:
             if any(buffer.shape[0] <= state.length for buffer in state.keys.values()):
                 room = HEADROOM if state.max_rows is None else min(HEADROOM, state.max_rows - state.length)
                 state.reserve(room)
-        key = tuple(id(buffer) for win in windows for buffer in win.state.buffers())
+        key = tuple(id(buffer) for win in windows for buffer in win.state.settled_buffers())
         recorded = self.recordings.get(key)
         if recorded is None:
             recorded = self.recordings[key] = self._record(windows)

@@ -163,9 +163,12 @@ class StreamState:
             if record.new_tail is not self.conv_tail[i]:  # and so did the conv
                 self.ops.copy_into(self.conv_tail[i], record.new_tail)
 
-    def buffers(self) -> tuple:
-        """Every device buffer of the cache: a recorded round is valid while these are the same objects."""
-        return (*self.recurrent.values(), *self.conv_tail.values(), *self.keys.values(), *self.values.values())
+    def settled_buffers(self) -> tuple:
+        """What a recorded round reads and writes, once `settle` has run: the round is valid while these are the same
+        objects. The DeltaNet states and conv tails are then the stream's own (`home`, fixed for its life), so the
+        first of them stands for them all; the key/value buffers grow."""
+        own = [state for state, _ in self.home.values()][:1]
+        return (*own, *self.keys.values(), *self.values.values())
 
     def keep_path(self, path: list) -> None:
         """Commit a tree window's rows along `path` (the root, then each kept row a child of the one before)."""
