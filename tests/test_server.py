@@ -281,16 +281,16 @@ def test_bench_commands_against_the_server(served, capsys):
 
 def test_an_engine_failure_is_a_500_and_the_server_serves_on(served, monkeypatch):
     net = served.server.model.net
-    real = net.forward_round
+    real = net.forward_logits
 
     def broken(windows, taps=()):
         raise RuntimeError("planted failure")
 
-    monkeypatch.setattr(net, "forward_round", broken)
+    monkeypatch.setattr(net, "forward_logits", broken)
     reply = httpx.post(served.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3})
     assert reply.status_code == 500 and "planted failure" in reply.json()["error"]["message"]
     with httpx.stream("POST", served.url + "/v1/completions",
                       json={"prompt": "x", "max_tokens": 3, "stream": True}) as streamed:
         assert any("planted failure" in line for line in streamed.iter_lines())
-    monkeypatch.setattr(net, "forward_round", real)
+    monkeypatch.setattr(net, "forward_logits", real)
     assert httpx.post(served.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3}).status_code == 200
