@@ -235,11 +235,12 @@ class RoundInputs:
 
     @staticmethod
     def table(windows) -> np.ndarray:
-        """[4, rows] int32 on the host: ids, positions, n_keys and write_at, window after window."""
-        ids = np.concatenate([np.asarray(win.ids) for win in windows])
-        positions = np.concatenate([win.positions for win in windows])
-        write_at = np.concatenate([win.state.length + np.arange(len(win.ids)) for win in windows])
-        return np.stack([ids, positions, positions + 1, write_at]).astype(np.int32)
+        """[4, rows] int32 on the host: ids, positions, n_keys and write_at, window after window. (Built from
+        Python lists: a decode round's windows are one row each, and NumPy calls a window cost more than its rows.)"""
+        ids = [token for win in windows for token in win.ids]
+        positions = [win.state.length + depth for win in windows for depth in win.depths]
+        write_at = [win.state.length + slot for win in windows for slot in range(len(win.ids))]
+        return np.array([ids, positions, [p + 1 for p in positions], write_at], np.int32)
 
     @classmethod
     def on(cls, ops, table, recorded=False) -> "RoundInputs":
@@ -268,13 +269,11 @@ class Window:
 
     @property
     def depths(self) -> list:
+        if self.parents is None:  # a chain: row r at depth r
+            return list(range(len(self.ids)))
         for r, parent in enumerate(self.parent_rows):
             assert (r == 0) == (parent == -1) and parent < r, f"row {r}: parent {parent} must be an earlier row"
         return paths.depths(self.parent_rows).tolist()
-
-    @property
-    def positions(self) -> np.ndarray:
-        return self.state.length + np.asarray(self.depths)
 
     @functools.cached_property
     def maps(self) -> RowMaps:
