@@ -8,7 +8,7 @@ one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a
 1. Each stream lands its pending DeltaNet rows, puts its state and conv tail back in its own buffers (`settle`),
    and grows its key/value buffers when the next row would not fit, by HEADROOM rows at least: eager work, done
    before recording or replaying, and rarely needed.
-2. The recording for these streams' buffers is looked up, or made: `forward_round` over `RoundInputs` that read a
+2. The recording for these streams' buffers is looked up, or made: `forward_logits` over `RoundInputs` that read a
    fixed [4, rows] buffer (`recorded`: the attention covers each stream's whole cache, so its grid does not
    depend on the lengths), in which the scan and the conv write each stream's new DeltaNet state and conv tail
    over the stored ones (`in_place`), then each stream's `commit_in_place` (which copies whatever was not
