@@ -238,7 +238,7 @@ class RoundInputs:
         """[4, rows] int32 on the host: ids, positions, n_keys and write_at, window after window. (Built from
         Python lists: a decode round's windows are one row each, and NumPy calls a window cost more than its rows.)"""
         ids = [token for win in windows for token in win.ids]
-        positions = [win.state.length + depth for win in windows for depth in win.depths]
+        positions = [position for win in windows for position in win.positions]
         write_at = [win.state.length + slot for win in windows for slot in range(len(win.ids))]
         return np.array([ids, positions, [p + 1 for p in positions], write_at], np.int32)
 
@@ -274,6 +274,11 @@ class Window:
         for r, parent in enumerate(self.parent_rows):
             assert (r == 0) == (parent == -1) and parent < r, f"row {r}: parent {parent} must be an earlier row"
         return paths.depths(self.parent_rows).tolist()
+
+    @property
+    def positions(self) -> list:
+        """Each row's position: its stream's committed length plus its depth."""
+        return [self.state.length + depth for depth in self.depths]
 
     @functools.cached_property
     def maps(self) -> RowMaps:
