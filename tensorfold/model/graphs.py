@@ -19,13 +19,12 @@ one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a
    `keep(1)` then only counts the row (`kept_on_device`).
 
 The logits are the graph's own output buffer, one row for each stream in order, which the engine's sampling reads
-as it is: read them before the next round. A recording is keyed by the
-identity of its streams' cache buffers, in order (`StreamState.settled_buffers`: once settled, a stream's own
-DeltaNet states and conv tails never change, so the first stands for them all, and then its key/value buffers); the
-graph keeps those buffers alive (it holds every argument it launched), so no other array can take one of those
-identities while the key is in the cache. A stream
-joining or leaving, or a grown buffer, makes a new key and a new recording; at most `capacity` are kept, the least
-recently used dropped first.
+as it is: read them before the next round. A recording is keyed by the identity of its streams' cache buffers, in
+order (`StreamState.settled_buffers`: once settled, a stream's own DeltaNet states and conv tails never change, so
+the first stands for them all, and then its key/value buffers); the graph keeps those buffers alive (it holds
+every argument it launched), so no other array can take one of those identities while the key is in the cache. A
+stream joining or leaving, or a grown buffer, makes a new key and a new recording; at most `capacity` are kept,
+the least recently used dropped first.
 
 Every replay computes the bits the eager round computes: the same kernels, in the same order, on the same values
 (tests/test_graphs.py checks tokens and logits bytes with graphs on and off).
