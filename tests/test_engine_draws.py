@@ -81,3 +81,29 @@ def test_host_draws_beside_batched_draws(model, prompts_and_solo):
     assert [plain.output, with_logprobs.output] == solo
     assert len(with_logprobs.logprobs) == TOKENS
     assert all(logprob <= 0 and len(top) == 2 for logprob, top in with_logprobs.logprobs)
+
+
+def test_a_round_of_every_stream_draws_from_the_logits_as_they_are(model, monkeypatch):
+    """When every stream of a round is drawn on the device, the draws read the round's logits as the head wrote them
+    (`Qwen35.forward_logits`: the same array, no gathering); while a stream is still being fed its prompt, the
+    others' rows are gathered first. The identity check is its own control: it fails in the gathered rounds."""
+    made, seen = [], []  # each round's logits; for each draw, (identical to its round's logits, all rows drawn)
+    forward, sample = model.net.forward_logits, model.backend.sample_rows
+
+    def recording_forward(*args, **kwargs):
+        logits, starts = forward(*args, **kwargs)
+        made.append(logits)
+        return logits, starts
+
+    def recording_sample(logits, seeds, *params):
+        seen.append((logits is made[-1], len(seeds) == made[-1].shape[0]))
+        return sample(logits, seeds, *params)
+    monkeypatch.setattr(model.net, "forward_logits", recording_forward)
+    monkeypatch.setattr(model.backend, "sample_rows", recording_sample)
+    engine = Engine(model, parallel=2, chunk=8, graphs=False)  # eager rounds: each runs forward_logits
+    engine.submit([5, 6, 7], SamplingParams(max_tokens=6, stop_ids=()))
+    engine.submit(list(range(10, 40)), SamplingParams(max_tokens=2, stop_ids=()))  # a prompt of four chunks
+    while engine.run_round():
+        pass
+    assert all(identical == every_row for identical, every_row in seen)
+    assert {identical for identical, _ in seen} == {True, False}  # both kinds of round ran
