@@ -546,7 +546,6 @@ def environment(backend) -> dict:
     return {"device": name, "driver": driver, "cuda_driver_api": f"{major}.{minor}",
             "compute_capability": ".".join(map(str, device.compute_capability)), "device_pool": backend.pooled,
             "graphs": os.environ.get("TENSORFOLD_GRAPHS", "1") != "0",
-            "graph_overlap": os.environ.get("TENSORFOLD_GRAPH_OVERLAP", "1") != "0",
             "cached_launch": os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0",
             "versions": versions}
 

@@ -120,39 +120,6 @@ def test_engine_graphs_on_equals_off(graph_model):
     assert outputs[True] == outputs[False]
 
 
-@pytest.mark.gpu
-def test_overlapped_launches_only_where_every_kernel_waits(monkeypatch):
-    """On a GPU the kernel-to-kernel edges of a recorded graph are programmatic (graphs.overlap_launches): each
-    kernel launched through launch.py waits for its inputs, and a replayed chain computes what the chain does.
-    Control: a graph that also holds a kernel launched around launch.py, which does not wait, keeps its plain
-    edges."""
-    from numba import cuda
-    from tensorfold.cuda import graphs
-    from tensorfold.cuda.elementwise import add_kernel
-    monkeypatch.setattr(graphs, "OVERLAPPED", True)
-    stream = cuda.stream()
-    x = cuda.to_device(np.arange(1, 1025, dtype=np.float32), stream=stream)
-    doubled, quadrupled = (cuda.device_array(1024, np.float32, stream=stream) for _ in range(2))
-
-    @cuda.jit
-    def bump(values):  # launched by numba directly: no wait
-        values[0] += 1
-    add_kernel[4, 256, stream](x, x, doubled)  # both compiled before the recordings
-    bump[1, 1, stream](doubled)
-    with graphs.Recording(stream) as chain:
-        add_kernel[4, 256, stream](x, x, doubled)
-        add_kernel[4, 256, stream](doubled, doubled, quadrupled)
-    assert chain.graph.overlapped == 1
-    chain.graph.replay()
-    assert np.array_equal(quadrupled.copy_to_host(stream=stream), 4 * np.arange(1, 1025, dtype=np.float32))
-
-    with graphs.Recording(stream) as mixed:
-        add_kernel[4, 256, stream](x, x, doubled)
-        bump[1, 1, stream](doubled)
-        add_kernel[4, 256, stream](doubled, doubled, quadrupled)
-    assert mixed.graph.overlapped == 0
-
-
 def test_recording_key_follows_the_buffers():
     """A recording's key (`StreamState.settled_buffers`) stays through an eager keep once `settle` has put the
     DeltaNet state back in the stream's own buffer, and changes when a key/value buffer grows, which a replay

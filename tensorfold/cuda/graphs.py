@@ -28,17 +28,6 @@ to the capture), puts window n's launches on side stream n, and joins every side
 on each, waited on by the recording stream) before the round goes on. The replay then runs those branches
 concurrently. Each branch's launches are the eager round's, in its order, on buffers no other branch touches, so
 the bits are the same. Outside a recording, and under the simulator, lanes change nothing.
-
-Overlapped launches. Between two kernels of a chain the GPU first finishes the one (its last blocks exit, its
-writes are flushed), then launches the next (the grid is set up, its blocks are placed on the SMs and start).
-`overlap_launches` makes every edge from a kernel to a kernel of a captured graph *programmatic* (CUDA's
-programmatic dependent launch): the next kernel is launched once every block of the one before has exited, and
-each of its threads waits in its first instruction (launch.inputs_ready, PTX `griddepcontrol.wait`) until that
-kernel has completed and its writes are visible. The launch overlaps the completion; no kernel's work overlaps
-another's, so the bits are the chain's. (A next kernel launched earlier, once every block of the one before had
-started, or signalled by the small kernels as they start, holds SM room while it waits: a one-stream round took
-20 % longer.) Only kernels launched through launch.py wait, so a graph that holds any other kernel keeps its plain
-edges. TENSORFOLD_GRAPH_OVERLAP=0 turns it off.
 """
 import contextlib
 import os
@@ -68,38 +57,6 @@ def refuse(what: str) -> None:
         raise CaptureError(f"{what} while recording a CUDA graph: a replay would not repeat it")
 
 
-OVERLAPPED = os.environ.get("TENSORFOLD_GRAPH_OVERLAP", "1") != "0"  # the switch that measures what it saves
-
-
-def _edge_call(name):
-    """A driver call that takes or gives edge data: `cuGraphGetEdges_v2` and its kin in cuda-bindings 12, the same
-    names without `_v2` in 13."""
-    return getattr(cu, name + "_v2", None) or getattr(cu, name)
-
-
-def overlap_launches(graph, kernels: int) -> int:
-    """Make every edge from a kernel to a kernel of `graph` programmatic (see "Overlapped launches" above), when the
-    graph holds `kernels` kernel nodes: the count of launches that came through launch.py, each of which waits for
-    its inputs. A graph with any other kernel is left as it is. Returns the count of edges made programmatic."""
-    kernel = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
-    nodes = _check(cu.cuGraphGetNodes(graph, _check(cu.cuGraphGetNodes(graph, 0))[-1]))[0]
-    if sum(_check(cu.cuGraphNodeGetType(node)) == kernel for node in nodes) != kernels:
-        return 0
-    count = _check(_edge_call("cuGraphGetEdges")(graph, 0))[-1]
-    sources, targets, data, count = _check(_edge_call("cuGraphGetEdges")(graph, count))
-    chosen = [(a, b, d) for a, b, d in zip(sources, targets, data)
-              if _check(cu.cuGraphNodeGetType(a)) == kernel and _check(cu.cuGraphNodeGetType(b)) == kernel]
-    if not chosen:
-        return 0
-    sources, targets, data = (list(column) for column in zip(*chosen))
-    _check(_edge_call("cuGraphRemoveDependencies")(graph, sources, targets, data, len(chosen)))
-    programmatic = cu.CUgraphEdgeData()
-    programmatic.from_port = cu.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC  # no kernel signals early: as it exits
-    programmatic.type = cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
-    _check(_edge_call("cuGraphAddDependencies")(graph, sources, targets, [programmatic] * len(chosen), len(chosen)))
-    return len(chosen)
-
-
 def _check(result):
     """A cuda.bindings call's result: raise on an error code, else the values after it."""
     error, *values = result if isinstance(result, tuple) else (result,)
@@ -116,8 +73,6 @@ class Recording:
         self.held = []  # every launch's arguments (and the lanes' events): kept alive with the graph
         self.launches = []  # the simulator's record: (kernel, launch configuration, arguments)
         self.forks = 0  # sets of lanes recorded side by side (`Lanes`)
-        self.kernels = 0  # kernel launches recorded through launch.py
-        self.overlapped = 0  # edges made programmatic (`overlap_launches`)
         self.graph = None
 
     def __enter__(self):
@@ -141,16 +96,14 @@ class Recording:
         if error is not None:
             _check(cu.cuGraphDestroy(captured))
             return False
-        self.overlapped = overlap_launches(captured, self.kernels) if OVERLAPPED else 0
         executable = _check(cu.cuGraphInstantiate(captured, 0))
         self.graph = Graph(self.stream, self.held, self.launches, captured, executable)
-        self.graph.forks, self.graph.overlapped = self.forks, self.overlapped
+        self.graph.forks = self.forks
         return False
 
     def take(self, kernel, configuration, arguments) -> bool:
         """Note a launch; True when the caller must not launch it itself (the simulator records it instead)."""
         self.held.append(arguments)
-        self.kernels += 1
         if SIMULATED:
             self.launches.append((kernel, configuration, arguments))
             return True
@@ -208,7 +161,6 @@ class Graph:
     def __init__(self, stream, held, launches, captured=None, executable=None):
         self.stream, self.held, self.launches = stream, held, launches
         self.forks = 0  # sets of lanes recorded side by side
-        self.overlapped = 0  # edges between kernels made programmatic
         self.executable = executable
         if executable is not None:
             weakref.finalize(self, _destroy, captured, executable)

@@ -20,7 +20,6 @@ simulator records the launch instead of running it.
 """
 import ctypes
 import functools
-import inspect
 import os
 
 from numba import cuda
@@ -30,27 +29,7 @@ from . import graphs
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 if not SIMULATED:
     import cuda.core as core  # the launch API numba's dispatcher calls
-    from llvmlite import ir
-    from numba.cuda import types
     from numba.cuda.cudadrv import driver
-    from numba.cuda.extending import intrinsic
-
-
-if SIMULATED:
-    def inputs_ready():
-        """The simulator runs one kernel at a time: nothing to wait for."""
-else:
-    @intrinsic
-    def inputs_ready(typingctx):
-        """Wait until the kernels this one depends on have finished and their writes are visible (PTX
-        `griddepcontrol.wait`). A graph lets a kernel start while the one before it still runs (graphs.py,
-        "overlapped launches"); its threads must pass here before they touch memory that kernel writes or reads.
-        Outside such a graph it returns at once."""
-        def codegen(context, builder, signature, args):
-            wait = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "griddepcontrol.wait;", "~{memory}",
-                                side_effect=True)
-            builder.call(wait, ())
-        return types.void(), codegen
 
 
 def array_layout(array):
@@ -140,23 +119,9 @@ class CachedLaunch:
         return getattr(self.dispatcher, name)
 
 
-def waiting(function):
-    """The kernel `function` behind `inputs_ready()`: a function of the same parameters that waits, then runs
-    `function` as a device function (which the compiler inlines). Written out as source because a kernel's
-    parameters must be named: numba takes no `*args` in a kernel."""
-    body = cuda.jit(device=True)(function)
-    names = ", ".join(inspect.signature(function).parameters)
-    namespace = {"inputs_ready": inputs_ready, "body": body}
-    exec(f"def {function.__name__}({names}):\n    inputs_ready()\n    body({names})\n", namespace)
-    return namespace[function.__name__]
-
-
 def kernel(function):
     """`@cuda.jit` for a kernel, launched through CachedLaunch: cached on a GPU; through numba's own dispatcher under
-    the simulator or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves). On a GPU the
-    kernel first waits for its inputs (`waiting`), so that a graph may start it early."""
+    the simulator or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves)."""
     cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
-    launched = CachedLaunch(cuda.jit(function if SIMULATED else waiting(function)), cached)
-    launched.py_func = function  # the kernel as written (its device functions serve the twins)
-    return launched
+    return CachedLaunch(cuda.jit(function), cached)
 
