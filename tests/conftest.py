@@ -24,6 +24,10 @@ def pytest_configure(config):
     from numba import cuda
     if not cuda.is_available():
         raise pytest.UsageError("--gpu: no usable CUDA GPU here (numba.cuda.is_available() is False)")
+    # pyproject's --dist loadfile keeps a file on one worker, for the simulator's models; on the GPU the contract's
+    # checks at real shapes would then run one after another, so the tests are spread one by one instead.
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.dist = "load"
 
 
 def pytest_collection_modifyitems(config, items):
