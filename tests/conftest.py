@@ -153,7 +153,13 @@ def simulated_module():
 def simulator_for_models():
     """The simulator set up for whole-model tests: 8 threads an output for the GEMV and 8-thread norm blocks (as in
     test_backend_sim.py), a short GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test
-    that forgets to_host fails here as it would on a GPU)."""
+    that forgets to_host fails here as it would on a GPU).
+
+    Each simulated thread is a Python thread, so two sizes shrink with them: `walk_x` lays x out in rounds of
+    8 * CHUNK positions (the walk's round at 8 threads, not 256 positions), and the one-thread-per-element kernels
+    take blocks of 64. Neither changes a value: the walk's order follows THREADS, the element kernels bound their
+    index by the size. A two-stream decode round of the micro model then runs 4,528 simulated threads instead of
+    9,520, and the graph tests' two controls took 14 % less time."""
     import sys
     import threading
 
@@ -163,7 +169,7 @@ def simulator_for_models():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernelapi import FakeCUDAShared
 
-    from tensorfold.cuda import gemv, rmsnorm
+    from tensorfold.cuda import attention, common, conv, elementwise, gemv, rmsnorm, rope
     lend_attribute, index = FakeCUDAArray.__getattr__, FakeCUDAArray.__getitem__
 
     def device_attribute(array, name):
@@ -199,7 +205,11 @@ def simulator_for_models():
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(gemv, "THREADS", 8)
+            patch.setattr(gemv, "ROUND", 8 * gemv.CHUNK)
+            patch.setattr(gemv, "ROUND_PAIRS", 8 * gemv.CHUNK // 2)
             patch.setattr(rmsnorm, "THREADS", 8)
+            for module in (attention, common, conv, elementwise, gemv, rope):  # each holds BLOCK as its own name
+                patch.setattr(module, "BLOCK", 64)
             patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
             patch.setattr(FakeCUDAArray, "__getitem__", device_index)
             patch.setattr(FakeCUDAShared, "array", locked_shared_array)
