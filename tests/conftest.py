@@ -204,10 +204,11 @@ def simulator_for_models():
     sys.setswitchinterval(5e-5)  # the simulator's block manager polls its threads under the GIL: hand it back sooner
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(gemv, "THREADS", 8)
-            patch.setattr(gemv, "ROUND", 8 * gemv.CHUNK)
-            patch.setattr(gemv, "ROUND_PAIRS", 8 * gemv.CHUNK // 2)
-            patch.setattr(rmsnorm, "THREADS", 8)
+            threads = 8
+            patch.setattr(gemv, "THREADS", threads)
+            patch.setattr(gemv, "ROUND", threads * gemv.CHUNK)  # walk_x's rounds follow the walk's
+            patch.setattr(gemv, "ROUND_PAIRS", threads * gemv.CHUNK // 2)
+            patch.setattr(rmsnorm, "THREADS", threads)
             for module in (attention, common, conv, elementwise, gemv, rope):  # each holds BLOCK as its own name
                 patch.setattr(module, "BLOCK", 64)
             patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)

@@ -2,7 +2,6 @@
 python3 .samp/prefetch.py MODE STREAMS  (MODE: off | bulk | bulk2 | lines)"""
 import json
 import sys
-import time
 
 import numpy as np
 from llvmlite import ir

@@ -2,7 +2,6 @@
 RO RS (outputs and chunks a step of a wide one-row call), NO NS (of a narrow one), ROWS (streams list)."""
 import json
 import os
-import sys
 
 import numpy as np
 
