@@ -19,7 +19,9 @@ from .model.config import ModelConfig
 from .model.qwen35 import Qwen35
 from .model.tokenizer import Tokenizer
 
-PROMPT_CHUNK = 128  # rows per forward of a prompt pass (bounds memory; results do not depend on it)
+# Rows per forward of a prompt pass: it bounds memory, and results do not depend on it. A pass runs eagerly, so
+# its host work is per chunk: 512 rows took a 2,048-token 2B prompt on an H200 from 1,564 tok/s (128) to 3,125.
+PROMPT_CHUNK = 512
 
 
 class Model:

@@ -97,8 +97,8 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
     gen.add_argument("--drafter", default="auto", help="a DFlash block drafter folder, ngram, ngram-tree, none, or "
-                     "auto (on a GPU the model's own drafter/ folder if it has one, else ngram); output is the same "
-                     "either way")
+                     "auto (none, except on a GPU with TENSORFOLD_GRAPHS=0: the model's own drafter/ folder if it has "
+                     "one, else ngram); output is the same either way")
     gen.add_argument("--draft-shape", default="chain", choices=("chain", "tree"),
                      help="what a block drafter proposes each round (default chain)")
     gen.add_argument("--draft-rows", type=int, default=None,

@@ -75,16 +75,11 @@ NAMED = ("auto", "ngram", "ngram-tree", "none")
 
 def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None = None) -> Drafter:
     """A drafter by name: "ngram" (chains), "ngram-tree", "none", a DFlash block drafter checkpoint folder (for
-    `model`, drafting trees or chains of up to `rows` rows with the root, by default its block size), or "auto".
-
-    "auto" on a GPU is the model's own block drafter when its folder has one (a `drafter/` folder beside the
-    weights), else "ngram". On the numpy backend it is "ngram": there a round costs in proportion to its rows, so
-    a 16-row block draft costs more than the tokens it saves (docs/performance.rst measures both)."""
+    `model`, drafting trees or chains of up to `rows` rows with the root, by default its block size), or "auto"
+    (`auto_drafter`)."""
     from .errors import TensorfoldError
     if name == "auto":
-        own = os.path.join(model.path, "drafter") if model is not None else ""
-        on_gpu = model is not None and model.backend.name == "cuda"
-        name = own if on_gpu and os.path.isfile(os.path.join(own, "config.json")) else "ngram"
+        name = auto_drafter(model)
     drafters = {"ngram": NgramDrafter, "ngram-tree": NgramTreeDrafter, "none": Drafter}
     if name in drafters:
         return drafters[name]()
@@ -95,6 +90,24 @@ def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None =
         raise TensorfoldError("a block drafter needs the model it drafts for")
     from .model.dflash import load_drafter
     return load_drafter(name, model, shape=shape, rows=rows)
+
+
+def auto_drafter(model) -> str:
+    """What "auto" stands for with `model`: a drafter only where a drafted round is cheap enough to repay itself
+    (docs/performance.rst, "Drafting", measures each case).
+
+    * On a GPU with CUDA graphs off (TENSORFOLD_GRAPHS=0) every round runs eagerly, a launch at a time, and costs
+      about as much with 16 rows as with one: the model's own block drafter when its folder has one (`drafter/`
+      beside the weights), else "ngram".
+    * On a GPU with graphs on (the default there), "none": undrafted decode rounds replay from a recording, while a
+      drafted round is not a decode round and still runs eagerly (undrafted decode was 3 to 32 times faster).
+    * On the numpy backend, "none": a round costs in proportion to its rows, so the rows a draft adds cost more than
+      the tokens they save (undrafted decode was 1.3 to 1.7 times faster than n-gram chains)."""
+    from .model.graphs import replays_decode_rounds
+    if model is None or model.backend.name != "cuda" or replays_decode_rounds(model.backend):
+        return "none"
+    own = os.path.join(model.path, "drafter")
+    return own if os.path.isfile(os.path.join(own, "config.json")) else "ngram"
 
 
 class NgramTreeDrafter(NgramDrafter):

@@ -24,7 +24,7 @@ import numpy as np
 
 from .drafters import Drafter
 from .errors import TensorfoldError
-from .model.graphs import DecodeGraphs
+from .model.graphs import DecodeGraphs, replays_decode_rounds
 from .model.qwen35 import KeepPolicy, Window, pending_row_bytes
 
 FINISHED = object()  # the queue's end marker
@@ -163,10 +163,8 @@ class Engine:
         self.drafter = drafter or Drafter()
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
-        if graphs is None:  # by default on the GPU, unless TENSORFOLD_GRAPHS=0
-            graphs = os.environ.get("TENSORFOLD_GRAPHS", "1") != "0"
-        # decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py): the `cuda` backend only
-        self.graphs = DecodeGraphs(model.net) if graphs and model.backend.name == "cuda" else None
+        # decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py): on the GPU, unless turned off
+        self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []

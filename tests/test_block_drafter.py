@@ -3,13 +3,14 @@ equals undrafted output, chains and trees, greedy and seeded, one stream and fou
 accepted often enough to matter. Under `pytest --gpu` the same checks run on the cuda backend."""
 import hashlib
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import tensorfold
 from tensorfold.cli import DEFAULT_MODEL
-from tensorfold.drafters import make_drafter
+from tensorfold.drafters import auto_drafter, make_drafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.qwen35 import StreamState
 
@@ -50,10 +51,21 @@ def run(model, prompts, drafter, parallel, sampling):
     return requests
 
 
-def test_the_embedded_model_drafts_with_its_own_block_drafter_on_a_gpu(model):
-    """"auto" is the model's own block drafter on a GPU; on the twins, where a round's cost grows with its rows,
-    the n-gram drafter."""
-    assert make_drafter("auto", model).name == ("dflash" if model.backend.name == "cuda" else "ngram")
+def test_auto_drafts_only_where_a_drafted_round_pays(model, monkeypatch, tmp_path):
+    """"auto" drafts only on a GPU with CUDA graphs off: there with the model's own block drafter (the n-gram
+    drafter for a model without one). With graphs on, undrafted rounds replay while drafted ones run eagerly; on the
+    twins a round's cost grows with its rows: no drafter. The GPU's cases run on any backend, through a stand-in
+    that says it is on cuda."""
+    def on_cuda(path):
+        return SimpleNamespace(path=str(path), backend=SimpleNamespace(name="cuda"))
+
+    monkeypatch.delenv("TENSORFOLD_GRAPHS", raising=False)
+    assert auto_drafter(on_cuda(model.path)) == "none"
+    assert make_drafter("auto", model).name == "none"
+    monkeypatch.setenv("TENSORFOLD_GRAPHS", "0")
+    assert auto_drafter(on_cuda(model.path)) == os.path.join(model.path, "drafter")
+    assert auto_drafter(on_cuda(tmp_path)) == "ngram"
+    assert make_drafter("auto", model).name == ("dflash" if model.backend.name == "cuda" else "none")
     assert make_drafter(DRAFTER, model).name == "dflash"
 
 

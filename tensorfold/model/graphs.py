@@ -31,6 +31,7 @@ Every replay computes the bits the eager round computes: the same kernels, in th
 """
 import collections
 import dataclasses
+import os
 
 import numpy as np
 
@@ -38,6 +39,14 @@ from ..cuda import graphs
 from .qwen35 import RoundInputs
 
 HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: one new recording per 256 rounds
+
+
+def replays_decode_rounds(backend, graphs: bool | None = None) -> bool:
+    """Whether an engine on `backend` replays its decode rounds from CUDA graphs: on the `cuda` backend, unless
+    `graphs` is False, or None with TENSORFOLD_GRAPHS=0 in the environment."""
+    if graphs is None:
+        graphs = os.environ.get("TENSORFOLD_GRAPHS", "1") != "0"
+    return graphs and backend.name == "cuda"
 
 
 @dataclasses.dataclass

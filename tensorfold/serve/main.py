@@ -11,7 +11,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
     p.add_argument("--drafter", default="auto",
                    help="a DFlash block drafter checkpoint folder, ngram (chains), ngram-tree (trees), none, or auto: "
-                        "on a GPU the model's own drafter/ folder if it has one, else ngram (default auto)")
+                        "none, except on a GPU with TENSORFOLD_GRAPHS=0: the model's own drafter/ folder if it has one, "
+                        "else ngram (default auto)")
     p.add_argument("--draft-shape", default="chain", choices=("chain", "tree"),
                    help="what a block drafter proposes each round (default chain: faster until trees run whole)")
     p.add_argument("--draft-rows", type=int, default=None,
