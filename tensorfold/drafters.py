@@ -100,7 +100,7 @@ def auto_drafter(model) -> str:
       about as much with 16 rows as with one: the model's own block drafter when its folder has one (`drafter/`
       beside the weights), else "ngram".
     * On a GPU with graphs on (the default there), "none": undrafted decode rounds replay from a recording, while a
-      drafted round is not a decode round and still runs eagerly (undrafted decode was 3 to 32 times faster).
+      drafted round is not a decode round and still runs eagerly (undrafted decode was 2.9 to 32 times faster).
     * On the numpy backend, "none": a round costs in proportion to its rows, so the rows a draft adds cost more than
       the tokens they save (undrafted decode was 1.3 to 1.7 times faster than n-gram chains)."""
     from .model.graphs import replays_decode_rounds
