@@ -11,8 +11,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
     p.add_argument("--drafter", default="auto",
                    help="a DFlash block drafter checkpoint folder, ngram (chains), ngram-tree (trees), none, or auto: "
-                        "none, except on a GPU with TENSORFOLD_GRAPHS=0: the model's own drafter/ folder if it has one, "
-                        "else ngram (default auto)")
+                        "none, except on a GPU with TENSORFOLD_GRAPHS=0: the model's own drafter/ folder if it has "
+                        "one, else ngram (default auto)")
     p.add_argument("--draft-shape", default="chain", choices=("chain", "tree"),
                    help="what a block drafter proposes each round (default chain: faster until trees run whole)")
     p.add_argument("--draft-rows", type=int, default=None,
@@ -59,7 +59,8 @@ def build(args):
     cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
     keep = None if args.keep_late is None else KeepPolicy(late=bool(args.keep_late))
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
-                    drafter=make_drafter(args.drafter, model, args.draft_shape, args.draft_rows), max_draft=args.max_draft, prompt_cache=cache, keep=keep)
+                    drafter=make_drafter(args.drafter, model, args.draft_shape, args.draft_rows),
+                    max_draft=args.max_draft, prompt_cache=cache, keep=keep)
     streams = engine.stream_bytes() * args.parallel
     free = available_bytes(model.backend)
     print(f"model    {model.path}", file=sys.stderr)
