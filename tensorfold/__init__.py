@@ -5,7 +5,7 @@ The public API (stable): `load`, `Model` (`logits`, `generate`, `stream`, `token
 `load` and `Model` are imported on first use, so that a command can still choose numba's CUDA simulator
 (`NUMBA_ENABLE_CUDASIM`, read when numba.cuda is first imported) after importing the package.
 """
-from .errors import BackendError, CheckpointError, ConfigError, TensorfoldError
+from tensorfold.errors import BackendError, CheckpointError, ConfigError, TensorfoldError
 
 __all__ = ["load", "Model", "TensorfoldError", "ConfigError", "CheckpointError", "BackendError"]
 __version__ = "0.1.0"
@@ -13,6 +13,6 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     if name in ("load", "Model"):
-        from . import api
+        from tensorfold import api
         return getattr(api, name)
     raise AttributeError(f"module 'tensorfold' has no attribute {name!r}")

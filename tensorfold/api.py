@@ -12,12 +12,12 @@ import secrets
 
 import numpy as np
 
-from .backend import make_backend
-from .errors import TensorfoldError
-from .model.checkpoint import load_weights, resolve
-from .model.config import ModelConfig
-from .model.qwen35 import Qwen35
-from .model.tokenizer import Tokenizer
+from tensorfold.backends import make_backend
+from tensorfold.errors import TensorfoldError
+from tensorfold.model.checkpoint import load_weights, resolve
+from tensorfold.model.config import ModelConfig
+from tensorfold.model.qwen35 import Qwen35
+from tensorfold.model.tokenizer import Tokenizer
 
 # Rows per forward of a prompt pass: it bounds memory, and results do not depend on it. A pass runs eagerly, so
 # its host work is per chunk: 512 rows took a 2,048-token 2B prompt on an H200 from 1,564 tok/s (128) to 3,125.

@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from .drafters import Drafter
-from .errors import TensorfoldError
-from .model.graphs import DecodeGraphs, replays_decode_rounds
-from .model.qwen35 import KeepPolicy, Window, pending_row_bytes
+from tensorfold.drafters import Drafter
+from tensorfold.errors import TensorfoldError
+from tensorfold.model.qwen35 import KeepPolicy, Window, pending_row_bytes
+from tensorfold.model.replay import DecodeGraphs, replays_decode_rounds
 
 FINISHED = object()  # the queue's end marker
 

@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .model.qwen35 import StreamState
+from tensorfold.model.qwen35 import StreamState
 
 
 def prefix_key(tokens) -> str:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tensorfold
-from tensorfold.cli import main, serve_main
+from tensorfold.cli.main import main, serve_main
 from tensorfold.errors import BackendError, TensorfoldError
 
 
@@ -61,7 +61,7 @@ def test_cuda_backend_without_a_gpu_is_a_clear_error():
     import subprocess
     import sys
     script = ("from numba import cuda\n"
-              "from tensorfold.backend import make_backend\n"
+              "from tensorfold.backends import make_backend\n"
               "try:\n    print(make_backend('cuda').name, cuda.is_available())\n"
               "except Exception as e:\n    print(type(e).__name__, e, cuda.is_available())\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tensorfold.cli import main
+from tensorfold.cli.main import main
 
 FAST = ["--config", "tiny", "--backend", "numpy", "--tokens", "3", "--warmup", "2", "--copy-mib", "4",
         "--gemv-repeats", "2"]

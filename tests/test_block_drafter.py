@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import tensorfold
-from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.drafters import auto_drafter, make_drafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.qwen35 import StreamState
+from tensorfold.models import DEFAULT_MODEL
 
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto the breach, dear friends",
            "HAMLET:\nTo be, or not to be"]
@@ -134,7 +134,7 @@ def test_a_resumed_prompt_drafts_as_a_fresh_one(model, monkeypatch):
 def test_bench_drafter_checks_exactness_and_reports_acceptance(tmp_path, capsys):
     import json
 
-    from tensorfold.cli import main
+    from tensorfold.cli.main import main
     out = tmp_path / "drafter.json"
     assert main(["bench", "drafter", "--backend", "numpy", "--tokens", "6", "--prompts", "1", "--json",
                  str(out)]) == 0

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import tensorfold
-from tensorfold.cuda.gemv import affine_rows
 from tensorfold.errors import CheckpointError
 from tensorfold.model.checkpoint import stored_tensors
 from tensorfold.model.safetensors_io import read_header, write_file
-from tensorfold.model.writer import dense_tensors, quantize_affine, write_checkpoint
+from tensorfold.model.writer import dense_tensors, write_checkpoint
+from tensorfold.numerics.formats import affine_rows, quantize_affine
 
 
 def tensors_of(folder):

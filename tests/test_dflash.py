@@ -12,16 +12,24 @@ from safetensors.numpy import save_file
 
 import tensorfold
 from tensorfold.api import Model
-from tensorfold.backend import make_backend
+from tensorfold.backends import make_backend
 from tensorfold.cuda import gemv, rmsnorm, topk
-from tensorfold.cuda.gemv import f32_to_bf16
+from tensorfold.drafters.block import (
+    BlockDrafter,
+    DFlashConfig,
+    best_first_tree,
+    default_target_layer_ids,
+    expected_shapes,
+    load_dflash,
+    load_dflash_weights,
+    load_drafter,
+)
 from tensorfold.errors import CheckpointError, ConfigError, TensorfoldError
 from tensorfold.model.checkpoint import load_weights
-from tensorfold.model.dflash import (BlockDrafter, DFlashConfig, best_first_tree, default_target_layer_ids,
-                                     expected_shapes, load_dflash, load_dflash_weights, load_drafter)
 from tensorfold.model.safetensors_io import write_file
 from tensorfold.model.tiny import TINY_CONFIG, random_tensors
 from tensorfold.model.writer import write_checkpoint
+from tensorfold.numerics.formats import f32_to_bf16
 
 # A drafter for the tiny target (H 64, vocab 512, 4 layers): 2 layers, 4/2 heads of 16, taps at target layers 0, 2.
 DRAFT = {

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import tensorfold
-from tensorfold.cli import DEFAULT_MODEL, main
+from tensorfold.cli.main import main
 from tensorfold.model.writer import dense_tensors, write_checkpoint
+from tensorfold.models import DEFAULT_MODEL
 
 torch = pytest.importorskip("torch", reason="the reference extra (torch, transformers) is part of `.[test]`")
 transformers = pytest.importorskip("transformers")

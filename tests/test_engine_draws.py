@@ -7,12 +7,11 @@ The model is the embedded one, trained, on the lane tests' backend: its sampled 
 random-weight model's distributions can be too peaked for a moved draw to show)."""
 import numpy as np
 import pytest
+from test_lanes import PROMPTS, OracleDrafter, OracleTreeDrafter
 
 import tensorfold
-from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.engine import Engine, SamplingParams
-
-from test_lanes import PROMPTS, OracleDrafter, OracleTreeDrafter
+from tensorfold.models import DEFAULT_MODEL
 
 SAMPLING = dict(temperature=0.9, top_p=0.95, seed=21)
 TOKENS = 16

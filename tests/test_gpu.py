@@ -30,7 +30,7 @@ def test_tiny_checkpoints_cuda_equals_numpy(checkpoints, name):
 
 
 def test_embedded_model_cuda_equals_numpy():
-    from tensorfold.cli import DEFAULT_MODEL
+    from tensorfold.models import DEFAULT_MODEL
     cpu = tensorfold.load(DEFAULT_MODEL, backend="numpy")
     gpu = tensorfold.load(DEFAULT_MODEL, backend="cuda")
     ids = cpu.tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\n")
@@ -52,8 +52,8 @@ def test_qwen35_08b_shapes_in_mlx4_cuda_equals_numpy(tmp_path_factory):
 
 POOL_CHECK = """
 import sys
-from tensorfold.backend import CudaBackend
-from tensorfold.device_pool import size_class
+from tensorfold.backends import CudaBackend
+from tensorfold.device.pool import size_class
 backend = CudaBackend()
 manager = backend.cuda.current_context().memory_manager
 print(backend.pooled, type(manager).__name__)

@@ -9,12 +9,11 @@ import os
 
 import numpy as np
 import pytest
+from test_lanes import OracleDrafter, OracleTreeDrafter
 
 from tensorfold.drafters import NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.qwen35 import KeepPolicy, Window
-
-from test_lanes import OracleDrafter, OracleTreeDrafter
 
 pytestmark = [] if os.environ.get("TENSORFOLD_TEST_LANES") else pytest.mark.gpu
 

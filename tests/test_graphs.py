@@ -13,8 +13,8 @@ import pytest
 
 import tensorfold
 from tensorfold.engine import Engine, SamplingParams
-from tensorfold.model.graphs import DecodeGraphs
 from tensorfold.model.qwen35 import StreamState, Window
+from tensorfold.model.replay import DecodeGraphs
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +24,7 @@ def graph_model(request, on_gpu, tmp_path_factory):
         return request.getfixturevalue("lanes_model")
     request.getfixturevalue("simulated_module")
     from conftest import sim_lanes_config
+
     from tensorfold.model.tiny import make_tiny
     folder = str(tmp_path_factory.mktemp("graphs"))
     # The simulator's time goes to the head's GEMV: the smallest vocabulary the tiny tokenizer allows (263 ids).
@@ -125,7 +126,8 @@ def test_recording_key_follows_the_buffers():
     DeltaNet state back in the stream's own buffer, and changes when a key/value buffer grows, which a replay
     must never miss. Control: a key of the DeltaNet buffers alone misses the growth."""
     from conftest import sim_lanes_config
-    from tensorfold.backend import NumpyBackend
+
+    from tensorfold.backends import NumpyBackend
     state = StreamState(sim_lanes_config(), NumpyBackend())
     key = lambda buffers: tuple(id(b) for b in buffers)  # noqa: E731
     before = key(state.settled_buffers())

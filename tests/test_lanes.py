@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import tensorfold
-from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.errors import TensorfoldError
 from tensorfold.model.qwen35 import KeepPolicy, Window
+from tensorfold.models import DEFAULT_MODEL
 from tensorfold.prompt_cache import Snapshot
 
 

@@ -50,6 +50,7 @@ def test_stacked_projections_in_the_simulator(tmp_path, monkeypatch, on_gpu):
     if on_gpu:
         pytest.skip("under --gpu the exactness suite runs the stacked GEMVs at real widths")
     from test_backend_sim import MICRO
+
     from tensorfold.cuda import gemv, rmsnorm
     from tensorfold.model.tiny import make_tiny
     monkeypatch.setattr(gemv, "THREADS", 8)
@@ -76,8 +77,10 @@ def test_mlp_of_gate_and_up_in_different_forms(tmp_path, tiny_mlx4):
     up swapped gives other bytes, so the comparison catches a path that mixes them up."""
     import json
     import os
+
     from test_checkpoint import rewrite
-    from tensorfold.model.writer import quantize_affine
+
+    from tensorfold.numerics.formats import quantize_affine
     model = tensorfold.load(tiny_mlx4, backend="numpy")
     gate = model.net.weights["layers.0.mlp.gate_proj.weight"].dense()
     packed, scales, biases = quantize_affine(gate, 8, 64)

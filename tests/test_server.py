@@ -11,9 +11,9 @@ import pytest
 import uvicorn
 
 import tensorfold
-from tensorfold.cli import DEFAULT_MODEL
 from tensorfold.drafters import NgramDrafter
 from tensorfold.engine import Engine
+from tensorfold.models import DEFAULT_MODEL
 from tensorfold.prompt_cache import PromptCache
 from tensorfold.serve.app import Server, token_sha256
 
@@ -269,7 +269,7 @@ def test_prompt_cache_evicts_least_recently_used(tiny_model):
 
 
 def test_bench_commands_against_the_server(served, capsys):
-    from tensorfold.cli import main
+    from tensorfold.cli.main import main
     common = ["--url", served.url, "--max-tokens", "6"]
     assert main(["bench", "concurrent", *common, "--levels", "1,4", "--alone", "--serial", "--json"]) == 0
     assert "x4   4 requests: 0 unequal, 0 failed" in capsys.readouterr().out

@@ -11,12 +11,11 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_server import Running, free_port
 
 import tensorfold
 from tensorfold.engine import Engine
 from tensorfold.serve.app import Server
-
-from test_server import Running, free_port
 
 ROUTES = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]
 FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
@@ -65,7 +64,7 @@ def test_random_bodies_never_5xx(served, route, body, raw):
 
 def test_sigterm_drains_and_exits(tiny_hf):
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", "import sys; from tensorfold.cli import serve_main; "
+    server = subprocess.Popen([sys.executable, "-c", "import sys; from tensorfold.cli.main import serve_main; "
                                "sys.exit(serve_main(sys.argv[1:]))", "--model", tiny_hf, "--port", str(port),
                                "--backend", "numpy", "--context", "512"],
                               stderr=subprocess.PIPE, text=True, env={**os.environ})

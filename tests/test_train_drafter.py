@@ -48,8 +48,8 @@ def one_thread():
 def data_dir(tmp_path_factory):
     """train.npy and val.npy (uint16 ids) from the embedded model's tokenizer on two short texts."""
     import tensorfold
-    from tensorfold.cli import DEFAULT_MODEL
     from tensorfold.model.tiny_corpus import TINY_CORPUS  # verse and prose shipped with the package
+    from tensorfold.models import DEFAULT_MODEL
 
     tokenizer = tensorfold.load(DEFAULT_MODEL, backend="numpy").tokenizer
     folder = tmp_path_factory.mktemp("data")
@@ -216,7 +216,7 @@ def test_draft_step_matches_the_spec_written_in_numpy(tool):
 def test_tapped_states_are_layer_outputs(tool):
     """Layer l's output is transformers' hidden_states[l+1], except for the last layer, whose entry there is
     final-normed."""
-    from tensorfold.cli import DEFAULT_MODEL
+    from tensorfold.models import DEFAULT_MODEL
 
     target, tokenizer = tool.load_target(DEFAULT_MODEL, torch.device("cpu"))
     ids = torch.tensor([tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\n")])

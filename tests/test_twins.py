@@ -5,8 +5,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tensorfold.cuda import attention, conv, deltanet, gemv, paths, rmsnorm, rope, sampling
-from tensorfold.cuda.fmath import fma32, fma_rn_twin, tree_sum
+from tensorfold.cuda import attention, conv, deltanet, gemv, rmsnorm, rope, sampling
+from tensorfold.cuda.fmath import fma32, tree_sum
+from tensorfold.numerics import paths
+from tensorfold.numerics.floats import fma_rn_twin
 
 rng = np.random.default_rng(0)
 
@@ -87,7 +89,7 @@ def test_bf16_round_trip_and_gemv():
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_affine_gemv_equals_dense_gemv_of_dequantized_rows(bits):
-    from tensorfold.model.writer import quantize_affine
+    from tensorfold.numerics.formats import quantize_affine
     w = normal(7, 192)
     packed, scale_bits, bias_bits = quantize_affine(w, bits, 64)
     scales, biases = gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits)
@@ -105,9 +107,10 @@ def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
     count past one tile of the twin; past its budget it keeps nothing, and a weight's copy goes with the weight.
     Control: a copy walked in the wrong order gives other bytes."""
     import gc
-    from tensorfold.backend import NumpyBackend
+
+    from tensorfold.backends import NumpyBackend
     from tensorfold.model.checkpoint import Linear
-    from tensorfold.model.writer import quantize_affine
+    from tensorfold.numerics.formats import quantize_affine
     w = normal(40, 320)
     packed, scale_bits, bias_bits = quantize_affine(w, 4, 64)
     forms = [Linear("f32", 40, 320, w), Linear("bf16", 40, 320, gemv.f32_to_bf16(w)),

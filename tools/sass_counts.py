@@ -78,6 +78,7 @@ def main():
     without_a_device()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from numba import types
+
     from tensorfold.cuda import gemv
     flat = {name: getattr(types, name)[::1] for name in ("uint64", "uint32", "float32")}
     tile = (flat["uint64"], types.int64, types.int64, flat["uint32"], types.int64, flat["float32"],

@@ -290,9 +290,10 @@ def anchored_block_logits(drafter: DFlashDraft, embed_tokens, lm_head, tokens, f
 def load_target(path: str | Path, device: torch.device):
     """The target as a frozen float32 transformers `Qwen3_5ForCausalLM` (tensorfold's weights, dequantized), and
     tensorfold's tokenizer."""
+    from transformers import Qwen3_5ForCausalLM
+
     import tensorfold
     from tensorfold.model.writer import dense_tensors, write_checkpoint
-    from transformers import Qwen3_5ForCausalLM
 
     model = tensorfold.load(str(path), backend="numpy")
     with tempfile.TemporaryDirectory() as tmp:
@@ -735,7 +736,7 @@ def model_card(log: dict) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from tensorfold.cli import DEFAULT_MODEL
+    from tensorfold.models import DEFAULT_MODEL
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default=DEFAULT_MODEL, help="target checkpoint (any that tensorfold loads)")

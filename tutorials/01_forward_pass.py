@@ -32,10 +32,11 @@ from tensorfold.cuda.attention import attention_merge, attention_partial
 from tensorfold.cuda.conv import causal_conv
 from tensorfold.cuda.deltanet import deltanet_gates, deltanet_scan
 from tensorfold.cuda.elementwise import silu_mul
-from tensorfold.cuda.gemv import affine_rows, gemv_affine
+from tensorfold.cuda.gemv import gemv_affine
 from tensorfold.cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
 from tensorfold.cuda.rope import rope
-from tensorfold.cli import DEFAULT_MODEL
+from tensorfold.models import DEFAULT_MODEL
+from tensorfold.numerics.formats import affine_rows
 
 model = tensorfold.load(DEFAULT_MODEL, backend="numpy")
 c = model.config

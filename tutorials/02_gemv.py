@@ -32,8 +32,9 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from tensorfold.cuda import gemv, rmsnorm  # noqa: E402
-from tensorfold.cuda.fmath import add_rounded_once, fma32, fma_rn_twin, tree_sum  # noqa: E402
-from tensorfold.model.writer import quantize_affine  # noqa: E402
+from tensorfold.cuda.fmath import fma32, tree_sum
+from tensorfold.numerics.floats import add_rounded_once, fma_rn_twin  # noqa: E402
+from tensorfold.numerics.formats import quantize_affine  # noqa: E402
 
 
 def check(ok, message):

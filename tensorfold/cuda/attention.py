@@ -57,11 +57,13 @@ import math
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from . import paths
-from .common import BLOCK, blocks_for, flat, swap_rows, to_host
-from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, sigmoid32, sigmoid32_twin, tree_sum
-from .launch import kernel
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, tree_sum
+from tensorfold.device.grid import BLOCK, blocks_for, flat, to_host
+from tensorfold.device.launch import kernel
+from tensorfold.numerics import paths
+from tensorfold.numerics.floats import fma_rn_twin
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
 LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their latencies overlap (a loop that

@@ -19,11 +19,12 @@ so that every value is read before it is overwritten; there are no tail threads 
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from . import paths
-from .common import BLOCK, blocks_for, swap_rows, to_host
-from .fmath import fma32, silu32, silu32_twin
-from .launch import kernel
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda.fmath import fma32, silu32, silu32_twin
+from tensorfold.device.grid import BLOCK, blocks_for, to_host
+from tensorfold.device.launch import kernel
+from tensorfold.numerics import paths
 
 
 def causal_conv(inputs, tail, weight, taps=None):

@@ -40,12 +40,15 @@ a one-stream round, 18 times.)
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from . import paths, rmsnorm  # rmsnorm.THREADS read through the module when a launch is sized: tests patch it
-from .common import to_host
-from .fmath import exp32, exp32_twin, fma_rn, fma_rn_twin, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
-from .launch import kernel
-from .rmsnorm import LOADS as NORM_LOADS, block_inverse_rms, l2norm, load_window, thread_squares
+from tensorfold.contract import KernelCheck
+from tensorfold.cuda import rmsnorm
+from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
+from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
+from tensorfold.cuda.rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
+from tensorfold.device.grid import to_host
+from tensorfold.device.launch import kernel
+from tensorfold.numerics import paths  # rmsnorm.THREADS read through the module when a launch is sized: tests patch it
+from tensorfold.numerics.floats import fma_rn_twin
 
 
 def deltanet_gates(b, a, a_log, dt_bias):
@@ -365,7 +368,7 @@ def _heads_swapped(inputs):
 
 
 def _scan_cases(mode, rng):
-    from .rmsnorm import l2norm
+    from tensorfold.cuda.rmsnorm import l2norm
     cases = []
     for rows, nv, nk, dk, dv, parents in _heads(mode):
         decay, beta = deltanet_gates(**_gate_inputs(rng, rows, nv))

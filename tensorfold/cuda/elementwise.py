@@ -14,10 +14,11 @@ there is no order to keep.
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from .common import BLOCK, blocks_for, swap_rows, to_host
-from .fmath import silu32, silu32_twin
-from .launch import kernel
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda.fmath import silu32, silu32_twin
+from tensorfold.device.grid import BLOCK, blocks_for, to_host
+from tensorfold.device.launch import kernel
 
 
 def add(a, b):

@@ -50,37 +50,18 @@ import collections
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from .common import BLOCK, blocks_for, drop_row, flat, swap_rows, to_host
-from .elementwise import launch_elementwise, silu_mul_kernel
-from .fmath import add_rounded_once, fma_rn, fma_rn_twin, silu32, silu32_twin, tree_sum
-from .launch import kernel
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import drop_row, swap_rows
+from tensorfold.cuda.elementwise import launch_elementwise, silu_mul_kernel
+from tensorfold.cuda.fmath import fma_rn, silu32, silu32_twin, tree_sum
+from tensorfold.device.grid import BLOCK, blocks_for, flat, to_host
+from tensorfold.device.launch import kernel
+from tensorfold.numerics.floats import add_rounded_once
+from tensorfold.numerics.formats import affine_rows, bf16_to_f32, f32_to_bf16
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
 CHUNK = 8  # columns a thread takes at a time: one uint32 of 4-bit codes, two of 8-bit, 16 bytes of bf16
 TILE_ELEMENTS = 1 << 21  # the twin takes outputs in tiles of about this many weights or products (its memory)
-
-
-def bf16_to_f32(bits):
-    """bf16 bit patterns (uint16) to float32 values, exactly."""
-    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(values):
-    """float32 values to bf16 bit patterns, rounding to nearest even; NaN stays a quiet NaN."""
-    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
-
-
-def affine_rows(packed, scales, biases, bits, group_size, outs):
-    """Dequantize the rows `outs` of an affine-quantized weight: float32 [len(outs), K]."""
-    per_word = 32 // bits
-    words = packed[outs]  # [rows, K / per_word]
-    shifts = np.arange(per_word, dtype=np.uint32) * np.uint32(bits)  # element e of a word sits at bit bits * e
-    codes = ((words[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)).reshape(len(words), -1)
-    return fma_rn_twin(np.repeat(scales[outs], group_size, axis=1), codes.astype(np.float32),
-                       np.repeat(biases[outs], group_size, axis=1))
 
 
 def walk_order(in_features):
@@ -738,7 +719,7 @@ def _cases(mode, rng):
 
 def _quantized_cases(bits):
     def cases(mode, rng):
-        from ..model.writer import quantize_affine
+        from tensorfold.numerics.formats import quantize_affine
         out = []
         for label, inputs in _cases(mode, rng):
             if inputs["x"].shape[1] % 64:
@@ -821,7 +802,7 @@ CONTRACT = [
 
 def _parts_cases(mode, rng):
     """Outputs cut into parts (the stacked projections): every row count's kernel, parts of odd widths."""
-    from ..model.writer import quantize_affine
+    from tensorfold.numerics.formats import quantize_affine
     shapes = ([(3, (5, 3, 1, 7), 128), (1, (4, 12), 1280), (9, (8, 8), 128)] if mode == "sim" else
               [(1, (6144, 2048, 16, 16), 2048), (16, (6144, 2048, 16, 16), 2048), (4, (6144, 6144), 2048),
                (128, (4096, 512, 512), 1024)])
@@ -858,7 +839,7 @@ CONTRACT.append(KernelCheck("gemv_affine4 in parts", _parts_twin, _parts_launch,
 def _gated_cases(mode, rng):
     """The 4-bit cases cut to an even count of outputs (a gate for every up): one row, tiles, the head; in the
     simulator also one of more than GATED_ROWS rows (the GEMV, then the product)."""
-    from ..model.writer import quantize_affine
+    from tensorfold.numerics.formats import quantize_affine
     cases = []
     for label, inputs in _quantized_cases(4)(mode, rng):
         outs = len(inputs["packed"]) // 2 * 2
@@ -893,7 +874,7 @@ CONTRACT.append(KernelCheck("gemv_affine4 gated (SwiGLU)", lambda **i: swiglu(ge
 
 
 def _embed_cases(mode, rng):
-    from ..model.writer import quantize_affine
+    from tensorfold.numerics.formats import quantize_affine
     vocab, width, rows = (40, 128, 5) if mode == "sim" else (248320, 1024, 128)
     weight = rng.normal(size=(vocab, width)).astype(np.float32)
     packed, scales, biases = quantize_affine(weight, 4, 64)

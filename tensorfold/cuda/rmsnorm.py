@@ -19,10 +19,11 @@ norm's plainly; the loader turns both into the multiplier itself, so twins and k
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from .common import swap_rows, to_host
-from .fmath import block_dot, fma32, silu32, silu32_twin, sqrt32
-from .launch import kernel
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda.fmath import block_dot, fma32, silu32, silu32_twin, sqrt32
+from tensorfold.device.grid import to_host
+from tensorfold.device.launch import kernel
 
 THREADS = 128
 LOADS = 16  # elements a thread loads before it uses any

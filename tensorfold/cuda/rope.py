@@ -37,11 +37,14 @@ pair j and the rest copy the pass-through dims, the arithmetic of `rope_kernel`.
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from . import rmsnorm as norm  # its THREADS read through the module when a launch is sized: tests patch it
-from .common import BLOCK, blocks_for, swap_rows, to_host
-from .launch import kernel
-from .rmsnorm import block_inverse_rms, thread_squares
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda import (
+    rmsnorm as norm,  # its THREADS read through the module when a launch is sized: tests patch it
+)
+from tensorfold.cuda.rmsnorm import block_inverse_rms, thread_squares
+from tensorfold.device.grid import BLOCK, blocks_for, to_host
+from tensorfold.device.launch import kernel
 
 MAX_HEAD_DIM = 256  # the longest head norm_rope holds in shared memory (Qwen3.5: 256)
 

@@ -46,10 +46,11 @@ increasing order. Logits are assumed free of NaN.
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from .common import swap_rows, to_host
-from .fmath import exp32, exp32_twin
-from .launch import kernel
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda.fmath import exp32, exp32_twin
+from tensorfold.device.grid import to_host
+from tensorfold.device.launch import kernel
 
 THREADS = 256  # threads per block (one block per row)
 GROUP = 16  # partials each first-level fold thread combines

@@ -29,11 +29,12 @@ import math
 import numpy as np
 from numba import cuda
 
-from ..contract import KernelCheck
-from .common import drop_row, swap_rows, to_host
-from .fmath import exp32, exp32_twin, tree_sum
-from .launch import kernel
-from .sampling import better
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import drop_row, swap_rows
+from tensorfold.cuda.fmath import exp32, exp32_twin, tree_sum
+from tensorfold.cuda.sampling import better
+from tensorfold.device.grid import to_host
+from tensorfold.device.launch import kernel
 
 THREADS = 128  # threads per block (one block per row): the walk's stride and the width of both trees
 MAX_K = 32  # the largest k: the shared lists take THREADS * MAX_K * 8 bytes (32 KiB)

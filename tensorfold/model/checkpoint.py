@@ -18,10 +18,10 @@ import os
 
 import numpy as np
 
-from ..cuda.gemv import affine_rows, bf16_to_f32
-from ..errors import CheckpointError
-from .config import ModelConfig
-from .safetensors_io import read_header
+from tensorfold.errors import CheckpointError
+from tensorfold.model.config import ModelConfig
+from tensorfold.model.safetensors_io import read_header
+from tensorfold.numerics.formats import affine_rows, bf16_to_f32
 
 PREFIXES = (("model.language_model.", ""), ("language_model.model.", ""), ("language_model.lm_head.", "lm_head."),
             ("model.", ""))

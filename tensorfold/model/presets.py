@@ -2,7 +2,7 @@
 (kernel tests, benchmarks). Values from the Qwen3.5 model cards and configs."""
 import dataclasses
 
-from .config import ModelConfig
+from tensorfold.model.config import ModelConfig
 
 L, F = "linear_attention", "full_attention"
 

@@ -24,8 +24,8 @@ import weakref
 
 import numpy as np
 
-from ..cuda import paths  # defines: chain, depths, path_slots, conv_taps (host NumPy, no numba)
-from .config import ModelConfig
+from tensorfold.model.config import ModelConfig
+from tensorfold.numerics import paths  # defines: chain, depths, path_slots, conv_taps (host NumPy, no numba)
 
 L2NORM_EPS = 1e-6  # DeltaNet's query/key L2 norm uses a fixed eps, not rms_norm_eps
 

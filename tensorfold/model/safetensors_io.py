@@ -10,7 +10,7 @@ import struct
 
 import numpy as np
 
-from ..errors import CheckpointError
+from tensorfold.errors import CheckpointError
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "U32": np.uint32, "I32": np.int32,
           "U8": np.uint8, "I64": np.int64, "F64": np.float64, "U16": np.uint16}

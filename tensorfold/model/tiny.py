@@ -8,11 +8,11 @@ import dataclasses
 
 import numpy as np
 
-from .checkpoint import expected_shapes
-from .config import ModelConfig
-from .tiny_corpus import TINY_CORPUS
-from .tokenizer import Tokenizer, train_bpe_tokenizer
-from .writer import write_checkpoint
+from tensorfold.model.checkpoint import expected_shapes
+from tensorfold.model.config import ModelConfig
+from tensorfold.model.tiny_corpus import TINY_CORPUS
+from tensorfold.model.tokenizer import Tokenizer, train_bpe_tokenizer
+from tensorfold.model.writer import write_checkpoint
 
 L, F = "linear_attention", "full_attention"
 

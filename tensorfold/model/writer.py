@@ -13,33 +13,12 @@ import shutil
 
 import numpy as np
 
-from ..cuda.gemv import f32_to_bf16
-from .checkpoint import CENTRED_NORMS
-from .config import ModelConfig, Quantization
-from .safetensors_io import write_file
+from tensorfold.model.checkpoint import CENTRED_NORMS
+from tensorfold.model.config import ModelConfig, Quantization
+from tensorfold.model.safetensors_io import write_file
+from tensorfold.numerics.formats import f32_to_bf16, quantize_affine
 
 FORMATS = ("hf", "hf-f32", "mlx4", "mlx8")
-
-
-def quantize_affine(weight, bits, group_size):
-    """MLX affine quantization of a float32 [out, in]: (packed uint32 codes, bf16 scales, bf16 biases).
-
-    Per group of `group_size` columns: bias = the group minimum, scale = range / (2^bits - 1), both rounded to
-    bf16 first, so the codes are chosen against the scales the file stores.
-    """
-    out_features, in_features = weight.shape
-    groups = weight.reshape(out_features, in_features // group_size, group_size).astype(np.float32)
-    low, high = groups.min(axis=2), groups.max(axis=2)
-    levels = (1 << bits) - 1
-    scale_bits = f32_to_bf16(np.maximum((high - low) / levels, np.float32(1e-8)))
-    bias_bits = f32_to_bf16(low)
-    scales = (scale_bits.astype(np.uint32) << 16).view(np.float32)
-    biases = (bias_bits.astype(np.uint32) << 16).view(np.float32)
-    codes = np.clip(np.rint((groups - biases[:, :, None]) / scales[:, :, None]), 0, levels).astype(np.uint32)
-    codes = codes.reshape(out_features, in_features // (32 // bits), 32 // bits)
-    shifts = (np.arange(32 // bits, dtype=np.uint32) * bits)[None, None, :]
-    packed = np.bitwise_or.reduce(codes << shifts, axis=2).astype(np.uint32)  # element 0 in the lowest bits
-    return packed, scale_bits, bias_bits
 
 
 def dense_tensors(weights: dict) -> dict:

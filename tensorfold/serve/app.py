@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
-from ..engine import FINISHED
-from ..errors import TensorfoldError
-from .metrics import Metrics
-from .output import ChatOutput, TextOutput
-from .protocol import APIError, read_generation, read_messages, read_prompt
+from tensorfold.engine import FINISHED
+from tensorfold.errors import TensorfoldError
+from tensorfold.serve.metrics import Metrics
+from tensorfold.serve.output import ChatOutput, TextOutput
+from tensorfold.serve.protocol import APIError, read_generation, read_messages, read_prompt
 
 MAX_BODY_BYTES = 4 << 20
 

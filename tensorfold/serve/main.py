@@ -3,7 +3,7 @@ import argparse
 import os
 import sys
 
-from ..errors import TensorfoldError
+from tensorfold.errors import TensorfoldError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,13 +46,13 @@ def available_bytes(backend) -> int:
 
 def build(args):
     """Load the model and make the engine and server; refuses when the plan does not fit."""
-    from ..api import load
-    from ..cli import default_model
-    from ..drafters import make_drafter
-    from ..engine import Engine
-    from ..model.qwen35 import KeepPolicy
-    from ..prompt_cache import PromptCache
-    from .app import Server
+    from tensorfold.api import load
+    from tensorfold.drafters import make_drafter
+    from tensorfold.engine import Engine
+    from tensorfold.model.qwen35 import KeepPolicy
+    from tensorfold.models import default_model
+    from tensorfold.prompt_cache import PromptCache
+    from tensorfold.serve.app import Server
 
     model = load(args.model or default_model(), backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)

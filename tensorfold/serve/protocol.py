@@ -6,7 +6,7 @@ compatible servers do.
 """
 import dataclasses
 
-from ..engine import SamplingParams
+from tensorfold.engine import SamplingParams
 
 MAX_N = 8  # choices per request
 

@@ -37,7 +37,7 @@ import warnings
 
 import numpy as np
 
-from .model.presets import PRESETS
+from tensorfold.model.presets import PRESETS
 
 CONFIG_NAMES = (*PRESETS, "tiny")  # "tiny": make_tiny's test config, for a run on the CPU
 MLX_GROUP = 64
@@ -52,9 +52,9 @@ def echo(line: str = "") -> None:
 
 def bench_config(name: str):
     """The ModelConfig of a config name: a released size from presets.py, or "tiny"."""
-    from .errors import TensorfoldError
-    from .model.presets import preset
-    from .model.tiny import TINY_CONFIG
+    from tensorfold.errors import TensorfoldError
+    from tensorfold.model.presets import preset
+    from tensorfold.model.tiny import TINY_CONFIG
     if name == "tiny":
         return TINY_CONFIG
     try:
@@ -83,7 +83,7 @@ def random_vector(name: str, shape: tuple, rng) -> np.ndarray:
 def random_affine(shape: tuple, std: float, rng) -> tuple:
     """A random 4-bit MLX matrix as stored (packed uint32 codes, bf16 scales, bf16 biases): eight uniform codes a
     word, one scale for the whole matrix giving weights of standard deviation `std`, and the bias centring them."""
-    from .cuda.gemv import f32_to_bf16
+    from tensorfold.numerics.formats import f32_to_bf16
     out_features, in_features = shape
     packed = rng.integers(0, 1 << 32, size=(out_features, in_features // 8), dtype=np.uint32)
     scale = std / CODE_STD
@@ -96,11 +96,11 @@ def write_random_mlx4(folder: str, config, seed: int) -> None:
     """A random MLX 4-bit checkpoint of `config`: make_tiny's tokenizer, the vectors through the writer (config.json
     and model.safetensors), and the matrices drawn packed into matrices.safetensors (the loader reads every
     .safetensors file of a folder). Weights have make_tiny's spread: 1 / sqrt(in), and 1 for the embedding."""
-    from .model.checkpoint import expected_shapes
-    from .model.safetensors_io import write_file
-    from .model.tiny_corpus import TINY_CORPUS
-    from .model.tokenizer import Tokenizer, train_bpe_tokenizer
-    from .model.writer import write_checkpoint
+    from tensorfold.model.checkpoint import expected_shapes
+    from tensorfold.model.safetensors_io import write_file
+    from tensorfold.model.tiny_corpus import TINY_CORPUS
+    from tensorfold.model.tokenizer import Tokenizer, train_bpe_tokenizer
+    from tensorfold.model.writer import write_checkpoint
 
     train_bpe_tokenizer([TINY_CORPUS], config.vocab_size - 4, folder)  # the trainer adds 4 tokens of its own
     config = dataclasses.replace(config, eos_token_ids=Tokenizer.from_folder(folder).stop_ids)
@@ -193,7 +193,7 @@ def gemv_bandwidth(backend, name: str, weight, repeats: int) -> dict:
     """The affine GEMV kernel alone on one weight for one row: bytes of codes, scales and biases over its time."""
     x = backend.upload(np.random.default_rng(0).normal(size=(1, weight.in_features)).astype(np.float32))
     if backend.name == "cuda":
-        from .cuda import gemv
+        from tensorfold.cuda import gemv
         launch = lambda: gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data,  # noqa
                                           weight.scales, weight.biases, weight.bits, weight.group_size,
                                           stream=backend.stream)
@@ -253,7 +253,7 @@ class CountingBackend:
 
 def calls_per_round(model, streams: int) -> int:
     """Backend calls in one decode round of `streams` undrafted streams (the round after their prompts)."""
-    from .engine import Engine, SamplingParams
+    from tensorfold.engine import Engine, SamplingParams
     net, real = model.net, model.net.ops
     counter = net.ops = CountingBackend(real)  # the caches of streams admitted now call through it too
     try:
@@ -295,7 +295,7 @@ class TimingBackend(CountingBackend):
 def ops_per_round(model, rounds: int = 5) -> dict:
     """One undrafted stream's decode rounds with every backend call timed alone: per op, its calls and its
     milliseconds a round, and the round so timed (the sum, plus the engine's own host work)."""
-    from .engine import Engine, SamplingParams
+    from tensorfold.engine import Engine, SamplingParams
     net, real = model.net, model.net.ops
     timer = net.ops = model.backend = TimingBackend(real)  # the stream's cache calls through it too
     try:
@@ -327,7 +327,7 @@ def round_bytes(model) -> int:
 
 def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: int, rng) -> dict:
     """Aggregate greedy decode tok/s of `streams` undrafted streams in one engine, over the rounds after warm-up."""
-    from .engine import Engine, SamplingParams
+    from tensorfold.engine import Engine, SamplingParams
     engine = Engine(model, parallel=streams, context=prompt_tokens + warmup + tokens)
     free_before = device_free_bytes(model.backend)
     requests = [engine.submit(rng.integers(0, model.config.vocab_size, prompt_tokens),
@@ -354,7 +354,7 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
 
 def prefill_rate(model, length: int, rng) -> dict:
     """Cold prefill tok/s of a `length`-token prompt: a fresh state through Model.prefill to the last logits."""
-    from .engine import Engine
+    from tensorfold.engine import Engine
     ids = rng.integers(0, model.config.vocab_size, length).tolist()
     free_before = device_free_bytes(model.backend)
     state = model.net.new_state(max_rows=length)
@@ -500,7 +500,7 @@ class Peer:
 
 def run_peer(config, args, device: str, rng) -> dict:
     """The peer's decode and prefill, as the command asks, and what it runs with."""
-    from .api import PROMPT_CHUNK
+    from tensorfold.api import PROMPT_CHUNK
     started = time.perf_counter()
     peer = Peer(config, device)
     echo(f"# peer built in {time.perf_counter() - started:.1f} s")
@@ -637,9 +637,8 @@ def report(results: dict) -> list:
 
 def run(args) -> int:
     import tensorfold
-
-    from .api import PROMPT_CHUNK
-    from .errors import TensorfoldError
+    from tensorfold.api import PROMPT_CHUNK
+    from tensorfold.errors import TensorfoldError
 
     config = bench_config(args.config)
     if min(args.streams + args.lengths) < 1 or args.tokens < 1 or args.warmup < 1 or args.prompt_tokens < 1:

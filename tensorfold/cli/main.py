@@ -5,22 +5,14 @@ import os
 import sys
 import time
 
-from .errors import TensorfoldError
-
-DEFAULT_MODEL = os.path.join(os.path.dirname(__file__), "models", "tiny-shakespeare")
-
-
-def default_model() -> str:
-    """The model used when no --model is given: the checkpoint shipped inside the package."""
-    if not os.path.exists(os.path.join(DEFAULT_MODEL, "config.json")):
-        raise TensorfoldError("no --model given and this installation has no embedded default model")
-    return DEFAULT_MODEL
+from tensorfold.errors import TensorfoldError
+from tensorfold.models import default_model
 
 
 def cmd_generate(args) -> None:
-    from .api import load
-    from .drafters import make_drafter
-    from .engine import Engine, SamplingParams
+    from tensorfold.api import load
+    from tensorfold.drafters import make_drafter
+    from tensorfold.engine import Engine, SamplingParams
 
     started = time.perf_counter()
     model = load(args.model or default_model(), backend=args.backend)
@@ -57,7 +49,7 @@ def cmd_generate(args) -> None:
 
 
 def cmd_make_tiny(args) -> None:
-    from .model.tiny import make_tiny
+    from tensorfold.model.tiny import make_tiny
 
     config = make_tiny(args.out, seed=args.seed, fmt=args.format)
     print(f"wrote a random {config.num_hidden_layers}-layer Qwen3.5 checkpoint ({args.format}, seed {args.seed}) "
@@ -71,7 +63,7 @@ def cmd_contract(args) -> int:
 
     if args.gpu and (os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or not cuda.is_available()):
         raise TensorfoldError("--gpu: no usable CUDA GPU here (or NUMBA_ENABLE_CUDASIM=1 is set)")
-    from .contract import run_contract
+    from tensorfold.contract import run_contract
 
     mode = "gpu" if args.gpu else "sim"
     where = cuda.get_current_device().name if args.gpu else "numba's CUDA simulator"
@@ -116,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
     contract.add_argument("--only", help="only the kernels whose name contains this")
     contract.set_defaults(run=cmd_contract)
 
-    from .bench import add_parser as add_bench
+    from tensorfold.cli.bench.serving import add_parser as add_bench
     add_bench(commands)
 
     commands.add_parser("serve", help="the OpenAI-compatible server: `tensorfold serve FLAGS` is `tensorfold-serve "
@@ -139,7 +131,7 @@ def main(argv=None) -> int:
 
 
 def serve_main(argv=None) -> int:
-    from .serve.main import main as serve
+    from tensorfold.serve.main import main as serve
     return serve(argv)
 
 

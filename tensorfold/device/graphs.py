@@ -30,12 +30,11 @@ concurrently. Each branch's launches are the eager round's, in its order, on buf
 the bits are the same. Outside a recording, and under the simulator, lanes change nothing.
 """
 import contextlib
-import os
 import weakref
 
-from ..errors import TensorfoldError
+from tensorfold.device import SIMULATED
+from tensorfold.errors import TensorfoldError
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 if not SIMULATED:
     from cuda.bindings import driver as cu
 

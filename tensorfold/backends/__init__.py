@@ -14,11 +14,12 @@ import weakref
 
 import numpy as np
 
-from .cuda import attention, conv, deltanet, elementwise, gemv, graphs, sampling
-from .cuda import rmsnorm as norm
-from .cuda import rope as rotary
-from .cuda import topk as top_k
-from .errors import BackendError
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemv, sampling
+from tensorfold.cuda import rmsnorm as norm
+from tensorfold.cuda import rope as rotary
+from tensorfold.cuda import topk as top_k
+from tensorfold.device import graphs
+from tensorfold.errors import BackendError
 
 BACKENDS = ("numpy", "cuda", "auto")
 
@@ -181,9 +182,9 @@ class CudaBackend:
             raise BackendError("backend 'cuda': no usable CUDA GPU here (numba.cuda.is_available() is False); "
                                "use backend 'numpy'")
         self.cuda = cuda
-        self.pooled = False  # whether device memory comes from tensorfold.device_pool (a real GPU, a fresh context)
+        self.pooled = False  # whether device memory comes from tensorfold.device.pool (a real GPU, a fresh context)
         if not simulated() and os.environ.get("TENSORFOLD_DEVICE_POOL", "1") != "0":
-            from . import device_pool
+            from tensorfold.device import pool as device_pool
             self.pooled = device_pool.install()
         self.stream = cuda.stream()
         self._side_streams = []  # for graphs.Lanes, made on first use

@@ -136,9 +136,9 @@ def add_parser(commands) -> None:
             p.add_argument("--require-cold", action="store_true")
             p.add_argument("--require-reuse", action="store_true")
     bench.set_defaults(run=run)
-    from .bench_local import add_parsers as add_local
+    from tensorfold.cli.bench.local import add_parsers as add_local
     add_local(kinds)
-    from .bench_drafter import add_parser as add_drafter
+    from tensorfold.cli.bench.drafter import add_parser as add_drafter
     add_drafter(kinds)
 
 

@@ -23,12 +23,12 @@ import os
 
 import numpy as np
 
-from ..cuda.gemv import bf16_to_f32
-from ..cuda.topk import MAX_K
-from ..drafters import Drafter
-from ..errors import CheckpointError, ConfigError, TensorfoldError
-from .checkpoint import FLOAT_DTYPES, Linear, resolve, stored_tensors
-from .config import ModelConfig, _check_positive_int, _is_int, _is_number, _require
+from tensorfold.cuda.topk import MAX_K
+from tensorfold.drafters import Drafter
+from tensorfold.errors import CheckpointError, ConfigError, TensorfoldError
+from tensorfold.model.checkpoint import FLOAT_DTYPES, Linear, resolve, stored_tensors
+from tensorfold.model.config import ModelConfig, _check_positive_int, _is_int, _is_number, _require
+from tensorfold.numerics.formats import bf16_to_f32
 
 DFLASH2_TENSORS = ("candidate_selector.", ".attention_conv.", "mlp_conv.", "output_multiplier",
                    "final_logit_softcapping")  # names (or parts of names) only DFlash2 checkpoints hold

@@ -24,9 +24,8 @@ import os
 
 from numba import cuda
 
-from . import graphs
+from tensorfold.device import SIMULATED, graphs
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 if not SIMULATED:
     import cuda.core as core  # the launch API numba's dispatcher calls
     from numba.cuda.cudadrv import driver

@@ -27,7 +27,7 @@ def token_sha256(ids) -> str:
 
 def decode(model, drafter, prompts, tokens: int, sampling: dict) -> dict:
     """Each prompt alone through an engine with `drafter`: the outputs' hashes, the decode rate and acceptance."""
-    from .engine import Engine, SamplingParams
+    from tensorfold.engine import Engine, SamplingParams
     engine = Engine(model, parallel=1, drafter=drafter, context=max(len(p) for p in prompts) + tokens)
     hashes, seconds, output, accepted, draft_rounds, rounds = [], 0.0, 0, 0, 0, 0
     for prompt in prompts:
@@ -46,8 +46,8 @@ def decode(model, drafter, prompts, tokens: int, sampling: dict) -> dict:
 
 def run(args) -> int:
     import tensorfold
-    from .cli import default_model
-    from .drafters import Drafter, make_drafter
+    from tensorfold.drafters import Drafter, make_drafter
+    from tensorfold.models import default_model
 
     model = tensorfold.load(args.model or default_model(), backend=args.backend)
     name = args.drafter or os.path.join(model.path, "drafter")

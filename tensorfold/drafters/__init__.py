@@ -77,7 +77,7 @@ def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None =
     """A drafter by name: "ngram" (chains), "ngram-tree", "none", a DFlash block drafter checkpoint folder (for
     `model`, drafting trees or chains of up to `rows` rows with the root, by default its block size), or "auto"
     (`auto_drafter`)."""
-    from .errors import TensorfoldError
+    from tensorfold.errors import TensorfoldError
     if name == "auto":
         name = auto_drafter(model)
     drafters = {"ngram": NgramDrafter, "ngram-tree": NgramTreeDrafter, "none": Drafter}
@@ -88,7 +88,7 @@ def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None =
                               "DFlash block drafter checkpoint")
     if model is None:
         raise TensorfoldError("a block drafter needs the model it drafts for")
-    from .model.dflash import load_drafter
+    from tensorfold.drafters.block import load_drafter
     return load_drafter(name, model, shape=shape, rows=rows)
 
 
@@ -103,7 +103,7 @@ def auto_drafter(model) -> str:
       drafted round is not a decode round and still runs eagerly (undrafted decode was 2.9 to 32 times faster).
     * On the numpy backend, "none": a round costs in proportion to its rows, so the rows a draft adds cost more than
       the tokens they save (undrafted decode was 1.3 to 1.7 times faster than n-gram chains)."""
-    from .model.graphs import replays_decode_rounds
+    from tensorfold.model.replay import replays_decode_rounds
     if model is None or model.backend.name != "cuda" or replays_decode_rounds(model.backend):
         return "none"
     own = os.path.join(model.path, "drafter")

@@ -35,8 +35,8 @@ import os
 
 import numpy as np
 
-from ..cuda import graphs
-from .qwen35 import RoundInputs
+from tensorfold.device import graphs
+from tensorfold.model.qwen35 import RoundInputs
 
 HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: one new recording per 256 rounds
 
@@ -51,7 +51,7 @@ def replays_decode_rounds(backend, graphs: bool | None = None) -> bool:
 
 @dataclasses.dataclass
 class Recorded:
-    graph: object  # tensorfold.cuda.graphs.Graph
+    graph: object  # tensorfold.device.graphs.Graph
     integers: object  # the round's [4, rows] int32 in pinned host memory, copied to the device by its first kernel
     logits: object  # the graph's output buffer: the logits [streams, vocab], a row for each window in order
     starts: list  # where each window's row starts in it, and the end (as Qwen35.forward_logits gives them)
