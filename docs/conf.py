@@ -7,6 +7,7 @@ import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)  # document the package in this checkout, installed or not
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "_ext"))  # this documentation's own extensions
 
 import tensorfold  # noqa: E402  (needs the path above)
 
@@ -21,6 +22,7 @@ version = release
 extensions = [
     "sphinx.ext.autodoc",  # API pages from docstrings
     "sphinx.ext.viewcode",  # links from the API pages to highlighted source
+    "side_by_side",  # a twin and its kernel in two columns (docs/_ext)
 ]
 
 # The package's docstrings mark names and expressions with single backticks: show them as inline code.
