@@ -23,6 +23,7 @@ extensions = [
     "sphinx.ext.autodoc",  # API pages from docstrings
     "sphinx.ext.viewcode",  # links from the API pages to highlighted source
     "side_by_side",  # a twin and its kernel in two columns (docs/_ext)
+    "kernel_reference",  # the kernel reference and the contract's counts, from its registry (docs/_ext)
 ]
 
 # The package's docstrings mark names and expressions with single backticks: show them as inline code.
@@ -38,41 +39,3 @@ html_theme_options = {
     "fixed_sidebar": True,
 }
 
-
-# The kernel reference page is generated from the kernel contract's registry, so it lists exactly what
-# `tensorfold contract` checks.
-from docutils import nodes  # noqa: E402
-from docutils.statemachine import StringList  # noqa: E402
-from sphinx.util.docutils import SphinxDirective  # noqa: E402
-from sphinx.util.nodes import nested_parse_with_titles  # noqa: E402
-
-
-class KernelContractDirective(SphinxDirective):
-    """`.. kernel-contract::` -- one section per registered kernel check: its twin, its shapes, its controls."""
-
-    def run(self):
-        import numpy as np
-        from tensorfold.contract import registry
-
-        lines = []
-        for check in registry():
-            twin = getattr(check.twin, "__name__", "")
-            module = check.launch.__module__
-            title = f"``{check.name}``"
-            lines += [title, "~" * len(title), ""]
-            summary = sys.modules[module].__doc__.strip().split("\n\n")[0].replace("\n", " ")
-            lines += [summary, ""]
-            lines.append(f"* file: ``{module.replace('.', '/')}.py`` (twin and kernel side by side)")
-            if twin and not twin.startswith(("<", "_")):
-                lines.append(f"* twin: ``{check.twin.__module__}.{twin}``")
-            labels = [label for label, _ in check.cases("sim", np.random.default_rng(0))]
-            lines.append("* simulator shapes: " + ", ".join(f"``{label}``" for label in labels))
-            lines.append("* planted controls: " + ", ".join(check.controls))
-            lines.append("")
-        container = nodes.container()
-        nested_parse_with_titles(self.state, StringList(lines), container)
-        return container.children
-
-
-def setup(app):
-    app.add_directive("kernel-contract", KernelContractDirective)

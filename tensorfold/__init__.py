@@ -7,7 +7,7 @@ The public API (stable): `load`, `Model` (`logits`, `generate`, `stream`, `token
 """
 from tensorfold.errors import BackendError, CheckpointError, ConfigError, TensorfoldError
 
-__all__ = ["load", "Model", "TensorfoldError", "ConfigError", "CheckpointError", "BackendError"]
+__all__ = ["BackendError", "CheckpointError", "ConfigError", "Model", "TensorfoldError", "load"]
 __version__ = "0.1.0"
 
 

@@ -14,6 +14,7 @@ does not depend on which streams share its rounds: every row's logits are the bi
 `Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue.
 """
 import dataclasses
+import numbers
 import os
 import queue
 import secrets
@@ -22,12 +23,40 @@ import time
 
 import numpy as np
 
-from tensorfold.drafters import Drafter
+from tensorfold.drafters.base import Drafter
 from tensorfold.errors import TensorfoldError
-from tensorfold.model.qwen35 import KeepPolicy, Window, pending_row_bytes
+from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import DecodeGraphs, replays_decode_rounds
+from tensorfold.model.rows import Window
 
 FINISHED = object()  # the queue's end marker
+
+
+def _integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_ids(ids, vocab_size: int) -> list:
+    """Token ids as a list of ints; refused (TensorfoldError) unless every one is an integer in the vocabulary."""
+    ids = list(ids)
+    for i in ids:
+        if not _integer(i):
+            raise TensorfoldError(f"token ids must be integers, got {i!r}")
+        if not 0 <= i < vocab_size:
+            raise TensorfoldError(f"token id {i} is outside the vocabulary (0 .. {vocab_size - 1})")
+    return [int(i) for i in ids]
+
+
+def check_prompt(ids, vocab_size: int) -> list:
+    """A prompt's token ids (`check_ids`), refused when empty: a prompt pass needs at least one row."""
+    ids = check_ids(ids, vocab_size)
+    if not ids:
+        raise TensorfoldError("the prompt is empty: give at least one token id")
+    return ids
 
 
 @dataclasses.dataclass
@@ -37,32 +66,42 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
-    seed: int | None = None
+    seed: int | None = None  # None: a random seed; the draws read it modulo 2^64
     stop_ids: tuple | None = None  # None: the model's own stop ids
     draft: bool = True
     presence_penalty: float = 0.0  # subtracted from a token's logit once it has been generated
     frequency_penalty: float = 0.0  # subtracted once per time it has been generated
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's log-probability and the top k
 
-    def check(self) -> None:
-        problems = []
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            problems.append(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if not 0 <= self.temperature <= 100:
-            problems.append(f"temperature must be between 0 and 100, got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            problems.append(f"top_k must be a non-negative integer, got {self.top_k!r}")
-        if not 0 <= self.min_p <= 1:
-            problems.append(f"min_p must be in [0, 1], got {self.min_p!r}")
+    def problems(self) -> dict:
+        """What is wrong with these parameters, by field (empty when nothing is). Every request passes this one
+        check: through `Model.generate`, the engine and the server alike."""
+        found = {}
+        if not (_integer(self.max_tokens) and self.max_tokens >= 1):
+            found["max_tokens"] = f"max_tokens must be a positive integer, got {self.max_tokens!r}"
+        if not (_real(self.temperature) and 0 <= self.temperature <= 100):
+            found["temperature"] = f"temperature must be between 0 and 100, got {self.temperature!r}"
+        if not (_real(self.top_p) and 0 < self.top_p <= 1):
+            found["top_p"] = f"top_p must be in (0, 1], got {self.top_p!r}"
+        if not (_integer(self.top_k) and 0 <= self.top_k < 2**31):  # the draws take it as an int32
+            found["top_k"] = f"top_k must be an integer from 0 (off) to 2^31 - 1, got {self.top_k!r}"
+        if not (_real(self.min_p) and 0 <= self.min_p <= 1):
+            found["min_p"] = f"min_p must be in [0, 1], got {self.min_p!r}"
+        if self.seed is not None and not (_integer(self.seed) and -2**63 <= self.seed < 2**64):
+            found["seed"] = f"seed must be an integer in [-2^63, 2^64), got {self.seed!r}"
         for name in ("presence_penalty", "frequency_penalty"):
-            if not -2 <= getattr(self, name) <= 2:
-                problems.append(f"{name} must be between -2 and 2, got {getattr(self, name)!r}")
-        if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= 20):
-            problems.append(f"top_logprobs must be an integer between 0 and 20, got {self.logprobs!r}")
-        if problems:
-            raise TensorfoldError("; ".join(problems))
+            value = getattr(self, name)
+            if not (_real(value) and -2 <= value <= 2):
+                found[name] = f"{name} must be between -2 and 2, got {value!r}"
+        if self.logprobs is not None and not (_integer(self.logprobs) and 0 <= self.logprobs <= 20):
+            found["logprobs"] = f"top_logprobs must be an integer between 0 and 20, got {self.logprobs!r}"
+        return found
+
+    def check(self) -> None:
+        """Refuse (TensorfoldError) parameters with any of `problems`, naming each."""
+        found = self.problems()
+        if found:
+            raise TensorfoldError("; ".join(found.values()))
 
 
 @dataclasses.dataclass
@@ -163,7 +202,7 @@ class Engine:
         self.drafter = drafter or Drafter()
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
-        # decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py): on the GPU, unless turned off
+        # decode rounds replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless turned off
         self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
@@ -181,19 +220,13 @@ class Engine:
         from the engine thread with every token and finally with FINISHED."""
         params = params or SamplingParams()
         params.check()
-        prompt = [int(t) for t in prompt]
-        if not prompt:
-            raise TensorfoldError("the prompt is empty: give at least one token")
-        bad = [t for t in prompt if not 0 <= t < self.model.config.vocab_size]
-        if bad:
-            raise TensorfoldError(f"token id {bad[0]} is outside the vocabulary (0 .. "
-                                  f"{self.model.config.vocab_size - 1})")
+        prompt = check_prompt(prompt, self.model.config.vocab_size)
         if len(prompt) + params.max_tokens > self.context:
             raise TensorfoldError(
                 f"This model's maximum context length is {self.context} tokens. However, you requested "
                 f"{len(prompt) + params.max_tokens} tokens ({len(prompt)} in the messages, {params.max_tokens} in "
                 f"the completion). Please reduce the length of the messages or completion.")
-        seed = secrets.randbits(63) if params.seed is None else int(params.seed)
+        seed = secrets.randbits(63) if params.seed is None else int(params.seed) % 2**64
         request = Request(prompt, params, seed)
         request.listener = listener
         with self._lock:
@@ -226,7 +259,7 @@ class Engine:
                 logits, starts = self.graphs.run(windows)  # forward and keep, replayed; `keep(1)` below only counts
             else:
                 logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)
-        except Exception as error:  # a failed round ends its streams with the error; the engine serves on
+        except Exception as error:  # noqa: BLE001 (a failed round ends its streams with the error; they serve on)
             for stream in streams:
                 stream.request.error = error
                 self._finish(stream, "error")

@@ -8,9 +8,9 @@ same prompt, or any prompt that extends it, resumes there) and every `spacing` t
 prompt that changes near its end still resumes most of the way). The store holds at most `budget` bytes and
 evicts the least recently used states first.
 
-Memory per mark, float32, for Qwen3.5-0.8B and 2B alike (18 DeltaNet layers of 16 heads of 128 x 128, conv 6144
-wide; 6 attention layers of 2 KV heads of 256): 19.3 MiB of DeltaNet state and conv tails, plus 24 KiB of keys and
-values per prompt token: a mark at 2,048 tokens takes about 67 MiB, at 8,192 tokens about 211 MiB.
+A mark's memory, in float32, is a fixed part (every DeltaNet layer's state and conv tail) plus a part that grows
+with the prompt (every attention layer's key and value rows); docs/history/serving.rst works it out for the
+released sizes.
 
 Resuming gives the same bits as a fresh pass: the states are copies, and every row's arithmetic is the same
 whichever chunk it runs in.
@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from tensorfold.model.qwen35 import StreamState
+from tensorfold.model.cache import StreamState
 
 
 def prefix_key(tokens) -> str:

@@ -11,7 +11,7 @@ import pytest
 import tensorfold
 from tensorfold.drafters import auto_drafter, make_drafter
 from tensorfold.engine import Engine, SamplingParams
-from tensorfold.model.qwen35 import StreamState
+from tensorfold.model.cache import StreamState
 from tensorfold.models import DEFAULT_MODEL
 
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto the breach, dear friends",

@@ -5,18 +5,70 @@ real shapes of Qwen3.5-0.8B and 2B.
 """
 import pathlib
 import re
+import sys
 
 import pytest
 
-from tensorfold.contract import FAMILIES, registry, run_check, summary_line
+from tensorfold.contract import FAMILIES, KernelCheck, registry, run_check, summary_line
+from tensorfold.numerics.floats import fma_rn_twin
 
 CHECKS = registry()
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tensorfold"
+
+
+def families_without_contract(cuda_folder: pathlib.Path, contract_folder: pathlib.Path, families) -> set:
+    """The kernel files of `cuda_folder` (a file that defines a `@cuda.jit` function, a kernel or a kernel factory)
+    with no contract file of the same name in `contract_folder`, or missing from `families`; and the families with
+    no kernel file."""
+    kernel_files = {p.stem for p in cuda_folder.glob("*.py")
+                    if re.search(r"^(@kernel|@cuda\.jit|def \w+_kernel\()", p.read_text(), re.MULTILINE)}
+    contracts = {p.stem for p in contract_folder.glob("*.py")} - {"__init__", "controls"}
+    return (kernel_files - (contracts & set(families))) | (set(families) - kernel_files)
+
+
+def kernels_outside_cuda(check: KernelCheck) -> list:
+    """What is wrong with a check's `kernels`: none named, or one that is not an object defined at the top of a
+    file of tensorfold/cuda (a `@cuda.jit` function, a kernel factory)."""
+    if not check.kernels:
+        return [f"{check.name} names no kernel"]
+    wrong = []
+    for named in check.kernels:
+        function = getattr(named, "py_func", named)  # a @cuda.jit function's Python source
+        module = sys.modules.get(getattr(function, "__module__", ""))
+        name = getattr(function, "__name__", repr(named))
+        if (module is None or not module.__name__.startswith("tensorfold.cuda.")
+                or getattr(module, name, None) is not named):
+            wrong.append(f"{check.name}: {name} is not defined in tensorfold/cuda")
+    return wrong
 
 
 def test_every_kernel_file_is_registered():
-    folder = pathlib.Path(__file__).resolve().parents[1] / "tensorfold" / "cuda"
-    with_kernels = {p.stem for p in folder.glob("*.py") if re.search(r"^def \w+_kernel\(", p.read_text(), re.M)}
-    assert with_kernels <= set(FAMILIES), f"kernel files missing from the contract: {with_kernels - set(FAMILIES)}"
+    assert families_without_contract(PACKAGE / "cuda", PACKAGE / "contract", FAMILIES) == set()
+
+
+def test_a_kernel_file_without_its_contract_is_caught(tmp_path):
+    """Control: a kernel family with no contract file, and a family with no kernel file."""
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "contract").mkdir()
+    (tmp_path / "cuda" / "norm.py").write_text("@kernel\ndef norm_kernel(x):\n    pass\n")
+    (tmp_path / "cuda" / "scan.py").write_text("def scan_kernel(dk):\n    pass\n")
+    (tmp_path / "contract" / "scan.py").write_text("CONTRACT = []\n")
+    assert families_without_contract(tmp_path / "cuda", tmp_path / "contract", ["scan"]) == {"norm"}
+    assert families_without_contract(tmp_path / "cuda", tmp_path / "contract", ["scan", "gone"]) == {"norm", "gone"}
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])
+def test_every_check_names_its_kernels(check):
+    assert kernels_outside_cuda(check) == []
+
+
+def test_a_check_without_its_kernels_is_caught():
+    """Controls: a check that names no kernel, and one that names a twin from outside tensorfold/cuda."""
+    check = CHECKS[0]
+    unnamed = KernelCheck(check.name, check.twin, check.launch, check.cases, check.controls)
+    assert kernels_outside_cuda(unnamed) == [f"{check.name} names no kernel"]
+    twin_named = KernelCheck("fma_rn", fma_rn_twin, check.launch, check.cases, kernels=(fma_rn_twin,))
+    assert kernels_outside_cuda(twin_named) == ["fma_rn: fma_rn_twin is not defined in tensorfold/cuda"]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])

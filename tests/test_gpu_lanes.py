@@ -13,7 +13,8 @@ from test_lanes import OracleDrafter, OracleTreeDrafter
 
 from tensorfold.drafters import NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
-from tensorfold.model.qwen35 import KeepPolicy, Window
+from tensorfold.model.cache import KeepPolicy
+from tensorfold.model.rows import Window
 
 pytestmark = [] if os.environ.get("TENSORFOLD_TEST_LANES") else pytest.mark.gpu
 

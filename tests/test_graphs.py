@@ -13,8 +13,9 @@ import pytest
 
 import tensorfold
 from tensorfold.engine import Engine, SamplingParams
-from tensorfold.model.qwen35 import StreamState, Window
+from tensorfold.model.cache import StreamState
 from tensorfold.model.replay import DecodeGraphs
+from tensorfold.model.rows import Window
 
 
 @pytest.fixture(scope="module")

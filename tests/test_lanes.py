@@ -13,7 +13,8 @@ import tensorfold
 from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.errors import TensorfoldError
-from tensorfold.model.qwen35 import KeepPolicy, Window
+from tensorfold.model.cache import KeepPolicy
+from tensorfold.model.rows import Window
 from tensorfold.models import DEFAULT_MODEL
 from tensorfold.prompt_cache import Snapshot
 

@@ -8,7 +8,7 @@ import tensorfold
 
 def separate_and_stacked(net, x, prefix):
     """Each projection of the group through its own weight (a view of the stack), and the group through `project`."""
-    from tensorfold.model.qwen35 import PROJECTIONS
+    from tensorfold.model.projections import PROJECTIONS
     names = [n for n in PROJECTIONS[prefix.split(".", 2)[2]]]
     ops = net.ops
     separate = [ops.to_host(ops.linear(x, net.weights[prefix + name + ".weight"])) for name in names]

@@ -98,6 +98,20 @@ def test_completions_sync_stream_and_usage(served, tiny_model):
     assert draft_off.choices[0].model_extra["token_sha256"] == reply.choices[0].model_extra["token_sha256"]
 
 
+def test_a_negative_seed_draws_as_its_value_modulo_2_to_the_64(served, tiny_model):
+    """OpenAI's seed is a signed integer; every path reads it modulo 2^64. The control is the seed next to it."""
+    def ask(seed):
+        return served.client().completions.create(model="tiny", prompt="ROMEO:", max_tokens=8, temperature=1.0,
+                                                  seed=seed, n=2).choices
+
+    prompt = tiny_model.tokenizer.encode("ROMEO:")
+    choices = ask(-5)
+    for index, seed in enumerate((2**64 - 5, 2**64 - 4)):  # choice n draws with the seed plus n
+        expected = token_sha256(tiny_model.generate(prompt, 8, temperature=1.0, seed=seed))
+        assert choices[index].model_extra["token_sha256"] == expected
+    assert ask(-4)[0].model_extra["token_sha256"] != choices[0].model_extra["token_sha256"]
+
+
 def test_stop_strings_and_n(served):
     client = served.client()
     full = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=20, temperature=0).choices[0].text

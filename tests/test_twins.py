@@ -9,6 +9,7 @@ from tensorfold.cuda import attention, conv, deltanet, gemv, rmsnorm, rope, samp
 from tensorfold.cuda.fmath import fma32, tree_sum
 from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
+from tensorfold.numerics.formats import affine_rows, bf16_to_f32, f32_to_bf16, quantize_affine
 
 rng = np.random.default_rng(0)
 
@@ -78,28 +79,26 @@ def test_gemv_rows_do_not_change_each_other():
 
 def test_bf16_round_trip_and_gemv():
     w = normal(6, 128)
-    bits = gemv.f32_to_bf16(w)
-    back = gemv.bf16_to_f32(bits)
+    bits = f32_to_bf16(w)
+    back = bf16_to_f32(bits)
     assert np.abs(back - w).max() <= np.abs(w).max() * 2 ** -8
-    assert gemv.f32_to_bf16(back).tobytes() == bits.tobytes()  # bf16 values are fixed points
+    assert f32_to_bf16(back).tobytes() == bits.tobytes()  # bf16 values are fixed points
     x = normal(2, 128)
     assert gemv.gemv_bf16(x, bits).tobytes() == gemv.gemv_f32(x, back).tobytes()
-    assert gemv.f32_to_bf16(np.array([np.nan], np.float32))[0] == 0x7FC0
+    assert f32_to_bf16(np.array([np.nan], np.float32))[0] == 0x7FC0
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_affine_gemv_equals_dense_gemv_of_dequantized_rows(bits):
-    from tensorfold.numerics.formats import quantize_affine
     w = normal(7, 192)
     packed, scale_bits, bias_bits = quantize_affine(w, bits, 64)
-    scales, biases = gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits)
-    dense = gemv.affine_rows(packed, scales, biases, bits, 64, np.arange(7))
+    scales, biases = bf16_to_f32(scale_bits), bf16_to_f32(bias_bits)
+    dense = affine_rows(packed, scales, biases, bits, 64, np.arange(7))
     x = normal(3, 192)
     assert gemv.gemv_affine(x, packed, scales, biases, bits, 64).tobytes() == gemv.gemv_f32(x, dense).tobytes()
     assert np.abs(dense - w).max() <= scales.max() * 0.51 + 1e-2
-    wrong_group = gemv.affine_rows(packed, np.roll(scales, 1, axis=1), biases, bits, 64, np.arange(7))
+    wrong_group = affine_rows(packed, np.roll(scales, 1, axis=1), biases, bits, 64, np.arange(7))
     assert not np.array_equal(wrong_group, dense)  # control: a wrong group index changes the weights
-
 
 
 def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
@@ -110,11 +109,10 @@ def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
 
     from tensorfold.backends import NumpyBackend
     from tensorfold.model.checkpoint import Linear
-    from tensorfold.numerics.formats import quantize_affine
     w = normal(40, 320)
     packed, scale_bits, bias_bits = quantize_affine(w, 4, 64)
-    forms = [Linear("f32", 40, 320, w), Linear("bf16", 40, 320, gemv.f32_to_bf16(w)),
-             Linear("affine", 40, 320, packed, gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits), 4, 64)]
+    forms = [Linear("f32", 40, 320, w), Linear("bf16", 40, 320, f32_to_bf16(w)),
+             Linear("affine", 40, 320, packed, bf16_to_f32(scale_bits), bf16_to_f32(bias_bits), 4, 64)]
     x = normal(130, 320)
     backend = NumpyBackend()
     for weight in forms:
@@ -333,7 +331,7 @@ def test_uniform_is_a_function_of_seed_and_position():
 
 def test_filters():
     logits = np.log(np.array([0.05, 0.4, 0.3, 0.2, 0.05], np.float32))
-    ids, probs = sampling.candidates(logits, 1.0)
+    ids, _ = sampling.candidates(logits, 1.0)
     assert list(ids) == [1, 2, 3, 0, 4]  # ties keep the lower id first
     assert list(sampling.candidates(logits, 1.0, top_k=2)[0]) == [1, 2]
     assert list(sampling.candidates(logits, 1.0, top_p=0.69)[0]) == [1, 2]

@@ -20,7 +20,8 @@ Run it with ``python tutorials/02_gemv.py`` (no GPU needed: it uses the simulato
 """
 
 # %%
-# The simulator must be chosen before numba.cuda is first imported.
+# The simulator must be chosen before numba.cuda is first imported. `show` prints a twin (left) beside its kernel
+# (right), the lines that do the same work on the same row (tutorials/_side_by_side.py).
 import inspect
 import os
 import sys
@@ -31,10 +32,11 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
+from _side_by_side import show  # noqa: E402
 from tensorfold.cuda import gemv, rmsnorm  # noqa: E402
-from tensorfold.cuda.fmath import fma32, tree_sum
+from tensorfold.cuda.fmath import block_dot, fma32, tree_sum  # noqa: E402
 from tensorfold.numerics.floats import add_rounded_once, fma_rn_twin  # noqa: E402
-from tensorfold.numerics.formats import quantize_affine  # noqa: E402
+from tensorfold.numerics.formats import affine_rows, quantize_affine  # noqa: E402
 
 
 def check(ok, message):
@@ -73,12 +75,15 @@ check(fma_rn_twin(halfway, halfway, tiny) == up and fma32.py_func(halfway, halfw
 # (`gemv_kernel` builds one per weight format and tile of rows) runs the same walk for the two outputs of its warp
 # and the rows of its block's tile: it holds a chunk as stored (the format's `hold`, from `*_format`), then for each
 # pair of columns loads the tile's x values, and for each column dequantizes the weight (`weight`) and makes the
-# multiply-adds, each output's in the walk's order. Read them side by side:
-print(inspect.getsource(gemv.walk_order))
-print(inspect.getsource(gemv.gemv))
-print(inspect.getsource(tree_sum))
-print(inspect.getsource(gemv.gemv_kernel))
-print(inspect.getsource(gemv.affine_format))
+# multiply-adds, each output's in the walk's order. Read them side by side: a round of the twin beside a chunk of
+# the kernel, a step e beside a column e, and the twin's `tree_sum` beside the kernel's tree (`tree_writer`).
+show([gemv.walk_order, gemv.gemv, tree_sum], [gemv.gemv_kernel, gemv.tree_writer],
+     align=[("for first in range(0, out_features", "if base < count"),
+            ("for start in range", "for c in range(t, chunks"),
+            ("for e in range(CHUNK)", "for e in range(CHUNK)"),
+            ("tree_sum(np.moveaxis", "partial = cuda.shared"),
+            ("def tree_sum", "def tree_writer"),
+            ("while width > 1", "while width > 0")])
 print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_order(64)[:8].tolist()}[t]")
 # The tile kernel reads x in *pair walk order*: a thread's columns e and e + 1 side by side, and the threads' pairs
 # side by side, so that one 8-byte load brings a thread two columns and the 32 threads of a warp read 256
@@ -123,8 +128,11 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile; for one row (a decode
 # step) `affine_row_kernel` loads 4 chunks of each of 4 outputs (8 of 2 in a call of few warps) as stored, codes,
 # scales and biases, and dequantizes each weight where it multiplies it: each weight is used once, and the loads
-# in flight decide speed.
-print(inspect.getsource(gemv.affine_row_kernel))
+# in flight decide speed. The twin dequantizes whole rows (`affine_rows`, the same fma_rn); the kernels take a
+# chunk's codes from the format's `weight` (the tile kernel) or do it inline (the one-row kernel):
+show(affine_rows, [gemv.affine_format, gemv.affine_row_kernel],
+     align=[("codes = ((words", "code = (words[j"),
+            ("return fma_rn_twin", "return fma_rn(floats")])
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)
@@ -150,9 +158,14 @@ check(gated.shape == (rows, outputs // 2) and gated.tobytes() == gemv.swiglu(twi
 # The same pattern in RMSNorm
 # ---------------------------
 # One block per vector; strided sums of squares with fma32, the same halving tree, then each thread scales its
-# own elements by the multiplier (1 + w for Qwen3.5's centred norms, folded in at load time).
-print(inspect.getsource(rmsnorm.thread_squares.py_func))
-print(inspect.getsource(rmsnorm.block_inverse_rms.py_func))
+# own elements by the multiplier (1 + w for Qwen3.5's centred norms, folded in at load time). The twin's
+# `block_dot` is each thread's strided sum and the tree, as the kernel's `thread_squares` and `block_inverse_rms`:
+show([block_dot, rmsnorm.inverse_rms, rmsnorm.rmsnorm],
+     [rmsnorm.thread_squares, rmsnorm.block_inverse_rms, rmsnorm.rmsnorm_kernel],
+     align=[("for start in range", "for first in range"),
+            ("return tree_sum", "return acc"),
+            ("def inverse_rms", "def block_inverse_rms"),
+            ("def rmsnorm", "def rmsnorm_kernel")])
 x = rng.normal(size=(2, 3, 40)).astype(np.float32)
 multiplier = (1 + 0.3 * rng.normal(size=40)).astype(np.float32)
 twin = rmsnorm.rmsnorm(x, multiplier, 1e-6)
@@ -169,9 +182,8 @@ check(twin.tobytes() == kernel.tobytes(), "RMSNorm kernel == twin, bit for bit")
 from tensorfold.cuda import elementwise  # noqa: E402
 from tensorfold.cuda.fmath import silu32, silu32_twin  # noqa: E402
 
-print(inspect.getsource(silu32.py_func))
-print(inspect.getsource(silu32_twin))
-print(inspect.getsource(elementwise.silu_mul_kernel.py_func))
+show([silu32_twin, elementwise.silu_mul], [silu32, elementwise.silu_mul_kernel],
+     align=[("def silu_mul", "def silu_mul_kernel")])
 gate, up = rng.normal(size=(3, 50)).astype(np.float32) * 8, rng.normal(size=(3, 50)).astype(np.float32)
 twin = elementwise.silu_mul(gate, up)
 kernel = elementwise.launch_elementwise(elementwise.silu_mul_kernel, cuda.to_device(gate),

@@ -21,8 +21,8 @@ Run it with ``python tutorials/03_deltanet.py`` (no GPU needed: it uses the simu
 """
 
 # %%
-# The simulator must be chosen before numba.cuda is first imported.
-import inspect
+# The simulator must be chosen before numba.cuda is first imported. `show` prints a twin (left) beside its kernel
+# (right), the lines that do the same work on the same row (tutorials/_side_by_side.py).
 import os
 import sys
 
@@ -31,6 +31,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
+from _side_by_side import show  # noqa: E402
 from tensorfold.cuda import conv, deltanet  # noqa: E402
 from tensorfold.cuda.rmsnorm import l2norm  # noqa: E402
 
@@ -72,9 +73,13 @@ def host(arrays):
 # There is no reduction across threads; the columns of a head share the row's key and query, which a block stages in
 # shared memory once a row (`scan_kernel` builds the kernel for one dk). The twin runs the same loop over i,
 # vectorised over (h, j). Value head h reads key head h // (nv / nk): consecutive value heads share a key head.
-print(inspect.getsource(deltanet.deltanet_scan))
-print(inspect.getsource(deltanet._column_sum))
-print(inspect.getsource(deltanet.scan_kernel))
+# Row by row, the twin's steps face the kernel's: decay and read, delta, write and output.
+show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
+     align=[("for r in range(rows)", "for r in range(q.shape[0])"),
+            ("decayed = state", "a = decay[r, h]"),
+            ("deltas[r] = ", "delta = (v[r, h, j]"),
+            ("state = fma_rn_twin(k[r]", "o = np.float32(0)"),
+            ("return out, state", "if cuda.blockIdx.x == 0")])
 
 # %%
 # The gates
@@ -84,8 +89,10 @@ print(inspect.getsource(deltanet.scan_kernel))
 # the launch that takes everything the scan reads out of the conv output (`scan_inputs`): its last block per row
 # copies v and computes the gates, one thread per value head. The transcendentals go through fmath, which
 # evaluates them in float64 and rounds once, the same everywhere.
-print(inspect.getsource(deltanet.deltanet_gates))
-print(inspect.getsource(deltanet.scan_inputs_kernel.py_func))
+show([deltanet.scan_inputs, deltanet.deltanet_gates], deltanet.scan_inputs_kernel,
+     align=[("q = l2norm", "if slot < 2 * heads"),
+            ("return (q, k", "for i in range(t, v.shape[1]"),
+            ("g = (-exp32_twin", "g = -exp32(a_log")])
 
 rng = np.random.default_rng(0)
 rows, nv, nk, dk, dv = 6, 4, 2, 8, 6
@@ -136,8 +143,9 @@ check(np.allclose(out, o, rtol=1e-4, atol=1e-5) and np.allclose(final, s, rtol=1
 # and head, the decay, the delta column d and the key: dv + dk + 1 floats. Replaying the accepted rows of the log
 # into the state from before the window is all that is needed, because the delta already holds what the read
 # found: the apply only decays and writes, S = fma_rn(k, d, a * S), exactly the scan's two state updates.
-print(inspect.getsource(deltanet.deltanet_apply))
-print(inspect.getsource(deltanet.deltanet_apply_kernel.py_func))
+show([deltanet.deltanet_apply, deltanet._decay_and_write], deltanet.deltanet_apply_kernel,
+     align=[("for r in path", "for p in range(path.shape[0])"),
+            ("def _decay_and_write", "a = log_decay[r, h]")])
 
 accepted = 4  # of the window's 6 rows, the stream keeps the first 4
 path = list(range(accepted))
@@ -172,8 +180,9 @@ for label, bad in (("a dropped row", dropped), ("two swapped rows", swapped)):
 # the new tail, the last K - 1 rows of [tail; inputs] (a one-row window in a recorded decode round shifts its tail
 # in place instead: its thread for a channel is the only one that reads it). A window split in two gives the same
 # bits as one window.
-print(inspect.getsource(conv.causal_conv))
-print(inspect.getsource(conv.causal_conv_kernel.py_func))
+show(conv.causal_conv, [conv.history_at, conv.causal_conv_kernel],
+     align=[("for j in range(kernel)", "for j in range(kernel)"),
+            ("return silu32_twin", "out[r, c] = silu32")])
 
 channels = 5
 u = rng.normal(size=(rows, channels)).astype(np.float32)

@@ -21,7 +21,8 @@ Run it with ``python tutorials/04_attention.py`` (no GPU needed: it uses the sim
 """
 
 # %%
-# The simulator must be chosen before numba.cuda is first imported.
+# The simulator must be chosen before numba.cuda is first imported. `show` prints a twin (left) beside its kernel
+# (right), the lines that do the same work on the same row (tutorials/_side_by_side.py).
 import inspect
 import os
 import sys
@@ -31,6 +32,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
+from _side_by_side import show  # noqa: E402
 from tensorfold.cuda import attention, rope  # noqa: E402
 
 
@@ -52,8 +54,11 @@ rng = np.random.default_rng(0)
 # on whole arrays, so both sides run the very same expressions.
 print(inspect.getsource(rope.rope_cos_sin.py_func))
 print(inspect.getsource(rope.rotate32.py_func))
-print(inspect.getsource(rope.rope))
-print(inspect.getsource(rope.rope_kernel.py_func))
+show(rope.rope, rope.rope_kernel,
+     align=[("cos, sin = rope_table", "cos, sin = rope_cos_sin"),
+            ("first, second = x", "first, second = x"),
+            ("out[:, :, :half] = rotate32", "y[r, h, j] = rotate32"),
+            ("out[:, :, half:rotary_dim]", "y[r, h, j + half]")])
 
 rows, heads, head_dim, rotary_dim = 3, 2, 16, 8
 x = rng.normal(size=(rows, heads, head_dim)).astype(np.float32)
@@ -76,11 +81,20 @@ check(np.array_equal(twin[0], x[0]) and np.array_equal(twin[:, :, rotary_dim:], 
 # * then thread t owns head dims t, t + 128, ...: it walks the chunk's keys in order, o += p * v with fma_rn.
 #
 # The merge kernel runs one thread per (row, head, dim): M = max of the chunks' m, then for each chunk in order
-# w = exp(m - M), L += l * w, O += o * w, and out = O / L. Query head h reads KV head h // (Hq / Hkv).
-print(inspect.getsource(attention.attention_partial))
-print(inspect.getsource(attention.attention_partial_kernel.py_func))
-print(inspect.getsource(attention.attention_merge))
-print(inspect.getsource(attention.attention_merge_kernel.py_func))
+# w = exp(m - M), L += l * w, O += o * w, and out = O / L. Query head h reads KV head h // (Hq / Hkv). The twin
+# runs every block of a chunk at once: its loop over the chunks is the kernel's grid, so a chunk's pass faces one
+# block's work, step by step.
+show(attention.attention_partial, attention.attention_partial_kernel,
+     align=[("for c in range(chunks)", "c, h, r, t = cuda.blockIdx"),
+            ("for d in range(head_dim)", "if t < live:"),
+            ("chunk_max = scores.max", "top[t] = score"),
+            ("p = np.where(live", "p = np.float32(0)"),
+            ("l[:, :, c] = tree_sum", "total[t] = p"),
+            ("acc = np.zeros((rows, heads, head_dim)", "sums = cuda.local.array")])
+show(attention.attention_merge, attention.attention_merge_kernel,
+     align=[("top = m.max", "top = np.float32(-np.inf)"),
+            ("total = np.zeros", "total = np.float32(0)"),
+            ("out = acc / total", "value = acc / total")])
 
 # %%
 # Run the kernels (simulated) and compare bits

@@ -20,7 +20,8 @@ Run it with ``python tutorials/05_sampling.py`` (no GPU needed: it uses the simu
 """
 
 # %%
-# The simulator must be chosen before numba.cuda is first imported.
+# The simulator must be chosen before numba.cuda is first imported. `show` prints a twin (left) beside its kernel
+# (right), the lines that do the same work on the same row (tutorials/_side_by_side.py).
 import inspect
 import os
 import sys
@@ -30,7 +31,8 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from tensorfold.cuda import sampling  # noqa: E402
+from _side_by_side import show  # noqa: E402
+from tensorfold.cuda import argmax, sampling  # noqa: E402
 
 
 def check(ok, message):
@@ -46,16 +48,17 @@ def check(ok, message):
 # drawn before it: a speculative draft that is thrown away, a retried step or a different batch would shift every
 # later draw. tensorfold hashes the pair (seed, output position) with SplitMix64 instead. The draw for position n
 # is a pure function of (seed, n), so it can be computed in any order, on any row of any round, and again later.
-print(inspect.getsource(sampling.splitmix64))
-print(inspect.getsource(sampling.uniform))
+# The twin computes on Python integers, the kernel's device functions on uint64 values:
+show([sampling.splitmix64, sampling.uniform], [sampling.splitmix64_u64, sampling.uniform_u64],
+     align=[("def uniform", "def uniform_u64")])
 forward = [sampling.uniform(42, n) for n in range(8)]
 backward = [sampling.uniform(42, n) for n in reversed(range(8))][::-1]
 check(forward == backward, "the draws do not depend on the order they are made in")
 print("u(42, 0..7) =", " ".join(f"{u:.4f}" for u in forward))
 
 # %%
-# The kernel computes the same hash on uint64 values. NumPy warns when a uint64 scalar product wraps, so the
-# device functions multiply and add in 32-bit halves, where nothing overflows; the bits are those of the twin.
+# The device functions compute the same hash on uint64 values. NumPy warns when a uint64 scalar product wraps, so
+# they multiply and add in 32-bit halves, where nothing overflows; the bits are those of the twin.
 print(inspect.getsource(sampling.mul64.py_func))
 pairs = [(42, n) for n in range(8)] + [(2**64 - 1, 2**63 + 5)]
 check(all(sampling.uniform_u64(np.uint64(s), np.uint64(n)) == sampling.uniform(s, n) for s, n in pairs),
@@ -75,9 +78,14 @@ for v, key in zip(values, sampling.keys_of(values)):
 # The filters, threshold by threshold
 # -----------------------------------
 # One small row, every filter on. `kept_probabilities` returns p_i = exp(x_i - max x) for the kept tokens (the
-# top token has p = 1 exactly) and 0 for the others; its two searches each run 8 steps of 15 probes.
-print(inspect.getsource(sampling.search))
-print(inspect.getsource(sampling.kept_probabilities))
+# top token has p = 1 exactly) and 0 for the others; its two searches each run 8 steps of 15 probes (its source
+# faces the kernel's below). A step of the twin's `search` tests its 15 probes at once; the kernel's
+# `block_search` has each thread count or sum its own values against every probe, then folds the 15 totals:
+show(sampling.search, sampling.block_search,
+     align=[("prefix = np.uint32(0)", "prefix = np.uint32(0)"),
+            ("shift = ", "shift = "),
+            ("ok = passes(probes)", "for j in range(PROBES):"),
+            ("best = 0", "best = 0")])
 rng = np.random.default_rng(0)
 logits = (rng.normal(size=300) * 1.5).astype(np.float32)
 temperature, top_k, top_p, min_p = 0.8, 40, 0.9, 0.02
@@ -104,8 +112,7 @@ check(np.array_equal(p > 0, by_sort), "the searched top-p and min-p thresholds =
 # --------------------------------------
 # target = u * K, K the kept mass; the token is the first id whose running kept mass passes the target. In the
 # kernel, thread t owns ids [t*L, (t+1)*L), sums them in order, thread 0 adds the 256 slice sums to find the
-# slice, and that slice's owner walks it. The twin does the same with two cumsums.
-print(inspect.getsource(sampling.draw))
+# slice, and that slice's owner walks it. The twin does the same with two cumsums (beside the kernel below).
 u = sampling.uniform(7, 3)
 token = sampling.draw(p, u)
 cumulative = np.cumsum(p.astype(np.float64))
@@ -118,9 +125,23 @@ print(f"u = {u:.4f}: token {token}; running mass before it {cumulative[token] - 
 # One block of 256 threads per row. Every reduction is a fixed two-level fold (16 threads fold 16 partials each,
 # then one thread per probe folds those 16), every search step ends in the same decision in every thread, and
 # every branch around a barrier depends only on the row's parameters, so the whole block takes it together.
-print(inspect.getsource(sampling.block_fold_sum.py_func))
-print(inspect.getsource(sampling.block_search.py_func))
-print(inspect.getsource(sampling.sample_kernel.py_func))
+# The folds first, then the filters and the draw, step by step:
+show([sampling.thread_sums, sampling.fold_sum], sampling.block_fold_sum,
+     align=[("def fold_sum", "if t < rows * GROUPS"),
+            ("return np.cumsum(groups", "if t < rows:")])
+show([sampling.kept_probabilities, sampling.draw], sampling.sample_kernel,
+     align=[("m = logits[argmax", "m = logits[r, best]"),
+            ("top_k_key = np.uint32(0)", "top_k_key = np.uint32(0)"),
+            ("with np.errstate", "parts[0, t] = 0"),
+            ("total = fold_sum", "block_fold_sum(parts"),
+            ("top_p_key = np.uint32(0)", "top_p_key = np.uint32(0)"),
+            ("threshold = max", "threshold = max"),
+            ("return np.where(p_keys", "length = (vocab"),
+            ("running = np.cumsum", "running = np.float32(0)"),
+            ("reach = np.cumsum", "if t == 0:"),
+            ("target = u * reach", "target = uniform_u64"),
+            ("owner = int", "for s in range(THREADS)"),
+            ("base = reach", "if t == owner[0]")])
 
 # %%
 # Run it (simulated) and compare bits
@@ -137,7 +158,7 @@ kernel = sampling.sample_launch(cuda.to_device(logits2), *(cuda.to_device(rows[n
 print(f"twin {twin}, kernel {kernel}")
 check(twin.tobytes() == kernel.tobytes(), "sample kernel == twin")
 check(twin[0] == token and twin[1] == 17, "the draw above, and the lower id among tied maxima")
-check(sampling.argmax_launch(cuda.to_device(logits2)).copy_to_host()[1] == 17, "argmax kernel: the lower id too")
+check(argmax.argmax_launch(cuda.to_device(logits2)).copy_to_host()[1] == 17, "argmax kernel: the lower id too")
 
 # %%
 # Same seed, same position, same token

@@ -39,8 +39,9 @@ import tempfile
 import numpy as np
 
 import tensorfold
+from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.presets import preset
-from tensorfold.model.qwen35 import KeepPolicy, Window, pending_row_bytes
+from tensorfold.model.rows import Window
 from tensorfold.model.tiny import make_tiny
 from tensorfold.prompt_cache import Snapshot
 

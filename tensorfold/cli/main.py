@@ -6,7 +6,6 @@ import sys
 import time
 
 from tensorfold.errors import TensorfoldError
-from tensorfold.models import default_model
 
 
 def cmd_generate(args) -> None:
@@ -15,7 +14,7 @@ def cmd_generate(args) -> None:
     from tensorfold.engine import Engine, SamplingParams
 
     started = time.perf_counter()
-    model = load(args.model or default_model(), backend=args.backend)
+    model = load(args.model, backend=args.backend)
     drafter = make_drafter(args.drafter, model, args.draft_shape, args.draft_rows)
     print(f"# {model.path}: {model.config.num_hidden_layers} layers, {model.weight_bytes / 2**20:.1f} MiB of "
           f"weights, backend {model.backend.name}, drafter {drafter.name}, loaded in "

@@ -7,16 +7,19 @@ rows swapped, a row dropped, a position off by one, a wrong group index, a moved
 what the kernel is given; the control is "red as planted" when the check then fails. A check whose controls do not
 all turn red proves nothing, so a missed control counts as a failure of the contract.
 
-Each kernel file ends with a `CONTRACT` list of `KernelCheck`s; this module gathers them.
+Each kernel family, `tensorfold/cuda/<family>.py`, has its checks in `tensorfold/contract/<family>.py`: a
+`CONTRACT` list of `KernelCheck`s with the cases, launches and controls they need. This module gathers them;
+`controls.py` holds the controls that several families plant.
 """
 import dataclasses
 import importlib
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-FAMILIES = ("fmath", "gemv", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "sampling", "topk")
+FAMILIES = ("fmath", "weights", "gemv", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "argmax",
+            "sampling", "topk")
 
 
 @dataclasses.dataclass
@@ -26,13 +29,16 @@ class KernelCheck:
     `cases(mode, rng)` returns a list of (label, inputs) for mode "sim" (tiny shapes) or "gpu" (the real shapes
     of Qwen3.5-0.8B and 2B plus awkward ones). `twin(**inputs)` returns the expected output(s) on the host;
     `launch(**inputs)` runs the kernel on device copies and returns its output(s) on the host. Each control maps
-    the inputs to the planted-bug inputs the kernel then gets.
+    the inputs to the planted-bug inputs the kernel then gets. `kernels` names what the launch runs: the
+    `@cuda.jit` functions (kernels, or the device functions a test kernel calls) and kernel factories of
+    `tensorfold/cuda`, for a reader to find beside the twin.
     """
     name: str
     twin: Callable
     launch: Callable
     cases: Callable
     controls: dict = dataclasses.field(default_factory=dict)  # name -> inputs -> planted inputs (or None)
+    kernels: tuple = ()
 
 
 def outputs_equal(expected, got) -> bool:
@@ -47,7 +53,7 @@ def registry() -> list[KernelCheck]:
     """Every registered kernel check, family by family."""
     checks = []
     for family in FAMILIES:
-        checks.extend(importlib.import_module(f"tensorfold.cuda.{family}").CONTRACT)
+        checks.extend(importlib.import_module(f"tensorfold.contract.{family}").CONTRACT)
     return checks
 
 

@@ -23,8 +23,8 @@ O = sum o_c w_c, out = O / L; in a gated attention layer, out = O / L * sigmoid(
 (taken here, so that it costs no launch of its own).
 
 Every multiply-add is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
-exactly, fmath.py): the dots are chains of dependent multiply-adds, and `fma32`'s float64 round trip made each
-step of the chain several times longer.
+exactly, fmath.py): the dots are chains of dependent multiply-adds, and `fma32`'s float64 round trip would make
+each step of the chain several times longer.
 
 Query head h reads KV head `h // (Hq / Hkv)` (grouped-query attention).
 
@@ -41,33 +41,27 @@ row's query in shared memory (one load of each value, not one per key). Thread t
 its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`; an empty slot
 holds -inf in the max tree and 0 in the sum tree). Then thread t owns head dims t and t + CHUNK (DIMS_A_THREAD) and
 walks the chunk's keys in order for o, both dims at once. Both walks load LOADS values (of each dim) before they add
-any (a walk that waited for each load in turn spent most of its time waiting). The arrays come in flat and every
-index is unsigned, so a load costs no check for a negative index. (Against the previous kernel, which walked
-the dims one after the other and read q and the cache through 3-d indices: one row, 56 keys, 26.7 to 19.1 us; 200
-to 2,000 keys, 45 to 30 us; a 128-row prompt chunk over 1,000 keys, 1,271 to 1,110 us.) Each thread finds a key's
-cache row with `cache_row`. Keys past a row's n are never read (the twin reads cache row 0 for them and multiplies
-it by p = 0, which gives the same bits while the cache holds finite values). Merge: one thread per (row, head,
-dim), walking the chunks in order. The partial kernel takes the chunk width as an argument (CHUNK in the engine)
-so that the contract can plant a moved chunk boundary. Write: one thread per element of the window's keys (and the
-same element of its values). Compact: one thread per (KV head, dim), moving that element of each path row in
-increasing depth.
+any (a walk that waits for each load in turn spends most of its time waiting). The arrays come in flat and every
+index is unsigned, so a load costs no check for a negative index. Each thread finds a key's cache row with
+`cache_row`. Keys past a row's n are never read (the twin reads cache row 0 for them and multiplies it by p = 0,
+which gives the same bits while the cache holds finite values). Merge: one thread per (row, head, dim), walking the
+chunks in order. The partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the contract
+can plant a moved chunk boundary. Write: one thread per element of the window's keys (and the same element of its
+values). Compact: one thread per (KV head, dim), moving that element of each path row in increasing depth.
 """
 import math
 
 import numpy as np
 from numba import cuda
 
-from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import swap_rows
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, tree_sum
-from tensorfold.device.grid import BLOCK, blocks_for, flat, to_host
+from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel
-from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
-LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their latencies overlap (a loop that
-# used each value as it loaded it waited a memory latency per key, and took about 35 us a layer at one row)
+LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their latencies overlap, where a loop
+# that used each value as it loaded it would wait a memory latency per key
 DIMS_A_THREAD = 2  # head dims a partial's thread owns for o: CHUNK * 2 = 256, Qwen3.5's head_dim
 MAX_HEAD_DIM = DIMS_A_THREAD * CHUNK
 HELD = DIMS_A_THREAD * LOADS  # values a partial's thread holds at a time (numba sizes a local array by a constant)
@@ -340,189 +334,3 @@ def kv_compact_launch(keys, values, committed, path, stream=0):
     slots = cuda.to_device(np.asarray(path, np.int32), stream=stream)
     kv_compact_kernel[blocks_for(keys.shape[1] * keys.shape[2]), BLOCK, stream](keys, values, committed, slots)
     return keys, values
-
-
-# --- the contract -------------------------------------------------------------------------------------------------
-
-def _cases(mode, rng):
-    """Rows read keys in place (rows, Hq, Hkv, hd, n_keys of the rows), or a window of a chain or a tree (paths.TREES)
-    over a stream's committed keys (rows, Hq, Hkv, hd, (committed, parents)). The cache holds a few keys past the
-    longest row, and a window's path_slots one column past its deepest row (as a grown cache does), so that a
-    kernel reading one key too many reads real data."""
-    trees = paths.TREES
-    if mode == "sim":  # every partial block costs the simulator about half a second: a few blocks only
-        shapes = [(3, 1, 1, 8, (128, [-1, 0, 0])), (1, 2, 1, 8, [5])]
-    else:
-        mixed = [1, 4096, 127, 128, 129, 300, 1000, 2] + list(rng.integers(1, 4097, 8))
-        shapes = [(16, 8, 2, 256, (8190, trees["16 rows"])),  # rows at depth 2 and deeper past the 8,192 boundary
-                  (16, 8, 2, 256, (8300, trees["16 rows"])), (16, 8, 2, 256, (8180, trees["spine"])),
-                  (16, 16, 4, 256, (125, trees["16 rows"])), (16, 8, 2, 256, (4090, paths.chain(16))),
-                  (128, 8, 2, 256, (872, paths.chain(128))),  # a prompt chunk of 128 rows ending at position 999
-                  (16, 8, 2, 256, mixed), (1, 8, 2, 256, [1]), (1, 8, 2, 256, [127]), (1, 8, 2, 256, [128]),
-                  (1, 8, 2, 256, [129]), (1, 8, 2, 256, [300]), (1, 8, 2, 256, [4096]),
-                  (128, 8, 2, 256, [1] + list(rng.integers(1, 301, 127))),
-                  (16, 16, 4, 256, mixed)]  # Qwen3.5-4B's heads
-    cases = []
-    for rows, heads, kv_heads, head_dim, reads in shapes:
-        maps = {"committed": None, "path_slots": None}
-        if isinstance(reads, tuple):
-            committed, parents = reads
-            n_keys = committed + paths.depths(parents) + 1
-            slots = paths.path_slots(parents)
-            maps = {"committed": committed, "path_slots": np.pad(slots, ((0, 0), (0, 1)))}
-        else:
-            n_keys = np.array(reads)
-        cache = max(int(n_keys.max()), (maps["committed"] or 0) + rows) + 3  # a window's rows sit at committed + slot
-        label = f"{rows}x{heads}/{kv_heads}x{head_dim} n<={n_keys.max()}"
-        cases.append((label + (f" window over {maps['committed']}" if maps["committed"] else ""), {
-            "q": rng.normal(size=(rows, heads, head_dim)).astype(np.float32),
-            "keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "n_keys": n_keys.astype(np.int64), "scale": 1.0 / np.sqrt(head_dim), "chunk": CHUNK, **maps}))
-    return cases
-
-
-def _partial_twin(q, keys, values, n_keys, scale, chunk, committed, path_slots):
-    return attention_partial(q, keys, values, n_keys, scale, committed, path_slots)  # the twin's chunk is CHUNK
-
-
-def _partial_on_device(q, keys, values, n_keys, scale, chunk, committed, path_slots):
-    slots = None if path_slots is None else cuda.to_device(path_slots.astype(np.int32))
-    return attention_partial_launch(cuda.to_device(q), cuda.to_device(keys), cuda.to_device(values),
-                                    cuda.to_device(np.asarray(n_keys, np.int32)), scale, committed, slots,
-                                    max_keys=int(np.max(n_keys)), chunk=chunk)
-
-
-def _merge_cases(mode, rng):
-    """The partials of the attention cases, every other one (the second, the fourth, ...) with an output gate."""
-    cases = []
-    for label, inputs in _cases(mode, rng):
-        if mode == "sim" or len(inputs["q"]) > 1:
-            partials = dict(zip("mlo", _partial_twin(**inputs)))
-            gated = len(cases) % 2 == 1
-            gate = (rng.normal(size=inputs["q"].shape) * 4).astype(np.float32) if gated else None
-            cases.append((label + (" gated" if gated else ""), {**partials, "gate": gate}))
-    return cases
-
-
-def _merge_on_device(m, l, o, gate):
-    return to_host(attention_merge_launch(*(cuda.to_device(a) for a in (m, l, o)),
-                                          gate=None if gate is None else cuda.to_device(gate)))
-
-
-def _next_head_gate(inputs):
-    """Planted: each head gated by the next head's gate (None without a gate, or with one head)."""
-    gate = inputs["gate"]
-    return None if gate is None or gate.shape[1] < 2 else {**inputs, "gate": np.roll(gate, 1, axis=1)}
-
-
-def _reversed_chunks(inputs):
-    """Planted: the merge walks the chunks last to first."""
-    return {**inputs, **{name: np.ascontiguousarray(np.flip(inputs[name], axis=2)) for name in "mlo"}}
-
-
-def _window_parents(inputs):
-    """The parents a window case's path_slots were built from (None for rows that read keys in place)."""
-    if inputs["path_slots"] is None:
-        return None
-    return paths.parents_from(inputs["path_slots"], inputs["n_keys"] - inputs["committed"] - 1)
-
-
-def _sibling_key(inputs):
-    """Planted: a tree row reads its sibling's key in place of its own (None without siblings)."""
-    pair = paths.sibling_pair(_window_parents(inputs) or [])
-    if pair is None:
-        return None
-    r, sibling = pair
-    slots = inputs["path_slots"].copy()
-    slots[r, inputs["n_keys"][r] - inputs["committed"] - 1] = sibling
-    return {**inputs, "path_slots": slots}
-
-
-def _read_in_slot_order(inputs):
-    """Planted: a tree's rows read the window's rows in slot order, as a chain's do (None for a chain)."""
-    parents = _window_parents(inputs)
-    if parents is None or parents == paths.chain(len(parents)):
-        return None
-    chain_slots = np.tile(np.arange(inputs["path_slots"].shape[1], dtype=np.int32), (len(parents), 1))
-    return {**inputs, "path_slots": chain_slots}
-
-
-_CONTROLS = {"a moved chunk boundary": lambda i: {**i, "chunk": 64},
-             "n_keys off by one": lambda i: {**i, "n_keys": i["n_keys"] + 1},
-             "two swapped rows": swap_rows("q"), "a sibling's key in a row's place": _sibling_key,
-             "a tree read in slot order": _read_in_slot_order}
-
-
-def _compact_cases(mode, rng):
-    """A kept path of a window over a stream's committed keys: the cache rows from committed + slot to + depth."""
-    if mode == "sim":
-        shapes = [(2, 1, 3, [-1, 0, 0, 1, 2], [0, 2, 4]), (5, 2, 4, paths.TREES["5 rows"], [0, 1, 4])]
-    else:
-        tree, spine = paths.TREES["16 rows"], paths.TREES["spine"]
-        shapes = [(8190, 2, 256, tree, [0, 2, 5, 9, 13]), (8300, 2, 256, tree, [0, 1, 4, 8, 12]),
-                  (4000, 4, 256, spine, list(range(14)) + [15]), (100, 2, 256, tree, [0, 1, 3, 6, 10, 14])]
-    cases = []
-    for committed, kv_heads, head_dim, parents, path in shapes:
-        assert all(parents[b] == a for a, b in zip(path, path[1:])), "a path follows parents"
-        cache = committed + len(parents) + 3
-        cases.append((f"path {path} over {committed}" if mode == "sim" else f"a path of {len(path)} over {committed}",
-                      {"keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-                       "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-                       "committed": committed, "path": path}))
-    return cases
-
-
-def _write_cases(mode, rng):
-    """A window's rows written after a stream's committed keys (rows, Hkv, hd, committed)."""
-    shapes = [(3, 1, 8, 5), (1, 2, 4, 0)] if mode == "sim" else [(1, 2, 256, 4095), (16, 2, 256, 8190),
-                                                                 (128, 2, 256, 872), (16, 4, 256, 0)]
-    cases = []
-    for rows, kv_heads, head_dim, committed in shapes:
-        cache = committed + rows + 3
-        cases.append((f"{rows} rows over {committed}", {
-            "keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "new_keys": rng.normal(size=(rows, kv_heads, head_dim)).astype(np.float32),
-            "new_values": rng.normal(size=(rows, kv_heads, head_dim)).astype(np.float32),
-            "at": np.arange(committed, committed + rows, dtype=np.int32)}))
-    return cases
-
-
-def _write_twin(keys, values, new_keys, new_values, at):
-    return kv_write(keys.copy(), values.copy(), new_keys, new_values, at)
-
-
-def _write_on_device(keys, values, new_keys, new_values, at):
-    return to_host(kv_write_launch(*(cuda.to_device(a) for a in (keys, values, new_keys, new_values, at))))
-
-
-def _compact_twin(keys, values, committed, path):
-    return kv_compact(keys.copy(), values.copy(), committed, path)
-
-
-def _compact_on_device(keys, values, committed, path):
-    return to_host(kv_compact_launch(cuda.to_device(keys), cuda.to_device(values), committed, path))
-
-
-def _path_swapped(inputs):
-    """Planted: the kept path's last two rows in the wrong order."""
-    path = list(inputs["path"])
-    return {**inputs, "path": path[:-2] + [path[-1], path[-2]]}
-
-
-CONTRACT = [
-    KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _cases, _CONTROLS),
-    KernelCheck("attention_merge", attention_merge, _merge_on_device, _merge_cases,
-                {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks,
-                 "the next head's gate": _next_head_gate}),
-    KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
-                lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS),
-    KernelCheck("kv_write", _write_twin, _write_on_device, _write_cases,
-                {"rows one position late": lambda i: {**i, "at": i["at"] + 1},
-                 "two swapped rows": swap_rows("new_keys")}),
-    KernelCheck("kv_compact", _compact_twin, _compact_on_device, _compact_cases,
-                {"committed off by one": lambda i: {**i, "committed": i["committed"] + 1},
-                 "a row's depth off by one": lambda i: {**i, "path": [i["path"][0]] + list(i["path"])},
-                 "two path rows swapped": _path_swapped}),
-]

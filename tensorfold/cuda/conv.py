@@ -19,10 +19,8 @@ so that every value is read before it is overwritten; there are no tail threads 
 import numpy as np
 from numba import cuda
 
-from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import swap_rows
 from tensorfold.cuda.fmath import fma32, silu32, silu32_twin
-from tensorfold.device.grid import BLOCK, blocks_for, to_host
+from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 from tensorfold.numerics import paths
 
@@ -84,78 +82,3 @@ def causal_conv_launch(inputs, tail, weight, taps=None, out=None, in_place=False
     threads = (rows if in_place else rows + kernel - 1) * channels
     causal_conv_kernel[blocks_for(threads), BLOCK, stream](inputs, tail, weight, taps, out, new_tail, in_place)
     return out, new_tail
-
-
-# --- the contract -------------------------------------------------------------------------------------------------
-
-def _cases(mode, rng):
-    """(rows, channels, parents): fewer rows than the tail, one row, chains and trees (paths.TREES); C = 6144 (0.8B,
-    2B), 8192 (4B), and odd."""
-    trees = paths.TREES
-    if mode == "sim":
-        shapes = [(5, 3, trees["5 rows"]), (1, 5, None), (2, 3, None), (6, 7, None)]
-    else:
-        shapes = [(16, 6144, trees["16 rows"]), (16, 6144, trees["spine"]), (16, 8192, trees["16 rows"]),
-                  (1, 6144, None), (2, 6144, None), (16, 6144, None), (128, 6144, None), (4, 8192, None),
-                  (64, 8192, None), (17, 1000, None)]
-    kernel = 4
-    return [(f"{rows}x{channels}" + (" tree" if parents else ""), {
-        "inputs": rng.normal(size=(rows, channels)).astype(np.float32),
-        "tail": rng.normal(size=(kernel - 1, channels)).astype(np.float32),
-        "weight": (rng.normal(size=(channels, kernel)) * 0.5).astype(np.float32),
-        "taps": paths.conv_taps(parents or paths.chain(rows), kernel)}) for rows, channels, parents in shapes]
-
-
-def _tail_one_row_behind(inputs):
-    """Planted: the tail the stream had one row earlier (its last row missing, a zero row in front)."""
-    tail = inputs["tail"]
-    return {**inputs, "tail": np.concatenate([np.zeros_like(tail[:1]), tail[:-1]])}
-
-
-def _taps_reversed(inputs):
-    """Planted: weight[:, 0] applied to the current row (a convolution read the wrong way round)."""
-    return {**inputs, "weight": np.ascontiguousarray(inputs["weight"][:, ::-1])}
-
-
-def _sibling_input(inputs):
-    """Planted: a tree row reads its sibling's input in place of its own (None without siblings)."""
-    taps, history = inputs["taps"].copy(), len(inputs["tail"])
-    pair = paths.sibling_pair([int(n) - history if n >= history else -1 for n in taps[:, -2]])
-    if pair is None:
-        return None
-    r, sibling = pair
-    taps[r, -1] = history + sibling
-    return {**inputs, "taps": taps}
-
-
-def _read_in_slot_order(inputs):
-    """Planted: a tree's rows read their predecessors in slot order, as a chain's do (None for a chain)."""
-    chain_taps = paths.conv_taps(paths.chain(len(inputs["inputs"])), inputs["weight"].shape[1])
-    return None if np.array_equal(chain_taps, inputs["taps"]) else {**inputs, "taps": chain_taps}
-
-
-def _launch(inputs, tail, weight, taps):
-    return to_host(causal_conv_launch(*(cuda.to_device(a) for a in (inputs, tail, weight, taps))))
-
-
-def _one_row_cases(mode, rng):
-    """One-row windows (a decode round's), whose tail shifts in place."""
-    return [(label, inputs) for label, inputs in _cases(mode, rng) if len(inputs["inputs"]) == 1]
-
-
-def _launch_in_place(inputs, tail, weight, taps):
-    tail = cuda.to_device(tail)
-    out, new_tail = causal_conv_launch(cuda.to_device(inputs), tail, cuda.to_device(weight), cuda.to_device(taps),
-                                       in_place=True)
-    assert new_tail is tail
-    return to_host((out, tail))
-
-
-CONTRACT = [
-    KernelCheck("causal_conv", causal_conv, _launch, _cases,
-                {"tail one row behind": _tail_one_row_behind, "two swapped rows": swap_rows("inputs"),
-                 "taps reversed": _taps_reversed, "a sibling's input in a row's window": _sibling_input,
-                 "a tree read in slot order": _read_in_slot_order}),
-    KernelCheck("causal_conv in place", causal_conv, _launch_in_place, _one_row_cases,
-                {"tail one row behind": _tail_one_row_behind, "taps reversed": _taps_reversed}),
-]

@@ -11,8 +11,8 @@ L2-normalised), its value v [dv], decay `a = exp(g)` and write strength `beta`:
     o[j]  = sum_i S[i, j] * q[i]         output, from the updated state
 
 Every multiply-add above is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
-exactly, fmath.py): both sums are chains of dk dependent multiply-adds, which `fma32`'s float64 round trip made
-twice as slow (a one-row scan of 2B's heads: 21.5 to 10.5 us on an H200).
+exactly, fmath.py): both sums are chains of dk dependent multiply-adds, which `fma32`'s float64 round trip would
+make twice as long.
 
 The scan logs each row's (decay, delta, key). Replaying the log with `deltanet_apply` (decay, then write) rebuilds
 the scan's states bit for bit, which is how a stream keeps the rows of a window it accepted.
@@ -20,7 +20,7 @@ the scan's states bit for bit, which is how a stream keeps the rows of a window 
 The rows of a window are a chain or a tree (`paths`): row r starts from the state after its parent, the row before
 it in a chain. A tree row whose parent is not the row before it gets its parent's state rebuilt: the start state
 with the logged rows of its path replayed root first (decay, then write, as `deltanet_apply` does), which are the
-parent's state bit for bit. A chain never rebuilds, so it costs what it did before trees.
+parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees.
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
@@ -34,20 +34,19 @@ the path as an int32 array of row indices and replays those rows of the log in o
 The scan's inputs come out of the layer's conv output and gate projections in one launch (`scan_inputs`): q and k
 L2-normalised per head, v as it is, and each row's gates. Mapping: a block of rmsnorm.THREADS threads per (row,
 slot): a slot per query head and per key head (the norm's tree, as rmsnorm.py has it), and a last slot that copies
-the row's v and computes its gates, one thread per value head. (The gates were a launch of their own: 3.4 us of
-a one-stream round, 18 times.)
+the row's v and computes its gates, one thread per value head, so the gates take no launch of their own.
 """
 import numpy as np
 from numba import cuda
 
-from tensorfold.contract import KernelCheck
-from tensorfold.cuda import rmsnorm
+from tensorfold.cuda import (
+    rmsnorm,  # its THREADS read through the module when a launch is sized: tests patch it
+)
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
 from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
 from tensorfold.cuda.rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
-from tensorfold.device.grid import to_host
 from tensorfold.device.launch import kernel
-from tensorfold.numerics import paths  # rmsnorm.THREADS read through the module when a launch is sized: tests patch it
+from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
 
 
@@ -201,8 +200,7 @@ def scan_kernel(dk):
     memory, so the two sums over i read them there instead of each thread loading them from global memory.
 
     A thread loads its whole column at once (`load_whole_column`): dk is a constant, the loop is unrolled and all dk
-    loads are in flight together, where `load_column` waits on memory dk / LOADS times (a one-row scan of the 2B's
-    16 heads of 128 took 8.8 us instead of 12.9 on an H200)."""
+    loads are in flight together, where `load_column` waits on memory dk / LOADS times."""
 
     @cuda.jit(device=True)
     def load_whole_column(state, h, j, col):
@@ -319,178 +317,3 @@ def deltanet_apply_launch(state, log, path, in_place=False, stream=0):
     new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
     deltanet_apply_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, *log, rows, new_state)
     return new_state
-
-
-# --- the contract -------------------------------------------------------------------------------------------------
-
-def _heads(mode):
-    """(rows, nv, nk, dk, dv, parents): tiny in the simulator, one of them with a head wider than a scan block
-    (dv = 70: a second block, mostly past the last column); 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv
-    on GPU; chains (parents None) and the trees of paths.TREES."""
-    trees = paths.TREES
-    if mode == "sim":
-        return [(5, 2, 1, 3, 4, trees["5 rows"]), (3, 4, 2, 8, 6, None), (1, 2, 2, 5, 3, None), (4, 2, 1, 3, 7, None),
-                (2, 2, 1, 3, 70, None)]
-    return [(16, 16, 16, 128, 128, trees["16 rows"]), (16, 16, 16, 128, 128, trees["spine"]),
-            (16, 32, 16, 128, 128, trees["16 rows"]), (5, 6, 2, 96, 37, trees["5 rows"]),
-            (1, 16, 16, 128, 128, None), (4, 16, 16, 128, 128, None), (16, 16, 16, 128, 128, None),
-            (64, 16, 16, 128, 128, None), (16, 32, 16, 128, 128, None), (5, 16, 16, 128, 100, None),
-            (7, 6, 2, 96, 37, None)]
-
-
-def _gate_inputs(rng, rows, nv):
-    return {"b": rng.normal(size=(rows, nv)).astype(np.float32),
-            "a": (rng.normal(size=(rows, nv)) * 4).astype(np.float32),
-            "a_log": rng.normal(size=nv).astype(np.float32), "dt_bias": rng.normal(size=nv).astype(np.float32)}
-
-
-def _input_cases(mode, rng):
-    """(rows, heads, dk, v width, nv): in the simulator a v width that is not a multiple of the block, a head wider
-    than it and more value heads than threads; on GPU Qwen3.5's DeltaNet (16 heads of 128, v 2,048, nv 16) at 1, 16
-    and 128 rows, and the 4B's (v 4,096, nv 32)."""
-    shapes = ([(3, 2, 40, 150, 4), (1, 1, 130, 7, 5), (2, 1, 8, 3, 200)] if mode == "sim" else
-              [(1, 16, 128, 2048, 16), (16, 16, 128, 2048, 16), (128, 16, 128, 2048, 16), (5, 16, 128, 4096, 32)])
-    cases = []
-    for rows, heads, dk, width, nv in shapes:
-        conv = rng.normal(size=(rows, 2 * heads * dk + width)).astype(np.float32)
-        cases.append((f"{rows}x{heads}x{dk}+{width}, {nv} gates", {
-            "conv": conv, **_gate_inputs(rng, rows, nv), "heads": heads, "dk": dk, "eps": 1e-6,
-            "q_scale": dk ** -0.5}))
-    return cases
-
-
-def _heads_swapped(inputs):
-    """Planted: the first query head and the first key head trade places in every row."""
-    conv, dk, heads = inputs["conv"].copy(), inputs["dk"], inputs["heads"]
-    first_key = slice(heads * dk, heads * dk + dk)
-    conv[:, :dk], conv[:, first_key] = inputs["conv"][:, first_key], inputs["conv"][:, :dk]
-    return {**inputs, "conv": conv}
-
-
-def _scan_cases(mode, rng):
-    from tensorfold.cuda.rmsnorm import l2norm
-    cases = []
-    for rows, nv, nk, dk, dv, parents in _heads(mode):
-        decay, beta = deltanet_gates(**_gate_inputs(rng, rows, nv))
-        parents = parents or paths.chain(rows)
-        cases.append((f"{rows} rows, {nv}/{nk} heads, {dk}x{dv}" + (" tree" if parents[-1] != rows - 2 else ""), {
-            "state": (rng.normal(size=(nv, dk, dv)) * 0.1).astype(np.float32),
-            "q": l2norm(rng.normal(size=(rows, nk, dk)).astype(np.float32), 1e-6, scale=dk ** -0.5),
-            "k": l2norm(rng.normal(size=(rows, nk, dk)).astype(np.float32), 1e-6),
-            "v": rng.normal(size=(rows, nv, dv)).astype(np.float32), "decay": decay, "beta": beta,
-            "depths": paths.depths(parents), "path_slots": paths.path_slots(parents)}))
-    return cases
-
-
-def _apply_cases(mode, rng):
-    """A scan's log replayed along every row, along a path that skips a row (a chain's accepted rows) and along the
-    path to a tree's last row."""
-    cases = []
-    for label, inputs in _scan_cases(mode, rng):
-        _, _, (decay, delta, key) = deltanet_scan(**inputs)
-        rows, depths, slots = len(decay), inputs["depths"], inputs["path_slots"]
-        replays = [list(range(rows))] + ([[r for r in range(rows) if r != rows // 2]] if rows > 2 else [])
-        replays += [list(slots[-1, :depths[-1] + 1])] if depths[-1] != rows - 1 else []
-        cases.extend((f"{label}, path {path}" if mode == "sim" else f"{label}, path of {len(path)}",
-                      {"state": inputs["state"], "decay": decay, "delta": delta, "key": key, "path": path})
-                     for path in replays)
-    return cases
-
-
-def _parent_swapped(inputs):
-    """Planted: a tree row starts from the state of another row at its parent's depth (None if none has one)."""
-    depths, slots = inputs["depths"], inputs["path_slots"].copy()
-    for r in reversed(range(len(depths))):
-        others = [u for u in range(r) if depths[u] == depths[r] - 1 and u != slots[r, depths[r] - 1]]
-        if depths[r] > 0 and others:
-            slots[r, :depths[r]] = slots[others[0], :depths[r]]  # that row's path in place of the parent's
-            return {**inputs, "path_slots": slots}
-    return None
-
-
-def _depth_off_by_one(inputs):
-    """Planted: a row two or more deep starts from its grandparent's state (None if no row is that deep)."""
-    depths = inputs["depths"].copy()
-    deep = [r for r in range(len(depths)) if depths[r] >= 2]
-    if not deep:
-        return None
-    depths[deep[-1]] -= 1
-    return {**inputs, "depths": depths}
-
-
-def _read_in_slot_order(inputs):
-    """Planted: a tree's rows each start from the row before them, as a chain's do (None for a chain)."""
-    chain = paths.chain(len(inputs["q"]))
-    if np.array_equal(inputs["depths"], paths.depths(chain)):
-        return None
-    return {**inputs, "depths": paths.depths(chain), "path_slots": paths.path_slots(chain)}
-
-
-def _rows_swapped(*names):
-    """Planted: rows 0 and 1 of every named input swapped together (None with one row)."""
-    def plant(inputs):
-        if len(inputs[names[0]]) < 2:
-            return None
-        return {**inputs, **{n: inputs[n][[1, 0] + list(range(2, len(inputs[n])))] for n in names}}
-    return plant
-
-
-def _row_dropped(*names):
-    """Planted: the last row of every named input removed together (None with one row)."""
-    def plant(inputs):
-        if len(inputs[names[0]]) < 2:
-            return None
-        return {**inputs, **{n: inputs[n][:-1] for n in names}}
-    return plant
-
-
-def _path_swapped(inputs):
-    path = list(inputs["path"])
-    return None if len(path) < 2 else {**inputs, "path": [path[1], path[0]] + path[2:]}
-
-
-def _path_dropped(inputs):
-    path = list(inputs["path"])
-    return None if len(path) < 2 else {**inputs, "path": path[:len(path) // 2] + path[len(path) // 2 + 1:]}
-
-
-def _dev(*arrays):
-    return [cuda.to_device(np.ascontiguousarray(a)) for a in arrays]
-
-
-def _launch_inputs(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
-    return to_host(scan_inputs_launch(*_dev(conv, b, a, a_log, dt_bias), heads, dk, eps, q_scale))
-
-
-def _twin_scan(state, q, k, v, decay, beta, depths, path_slots):
-    out, new_state, log = deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)
-    return (out, new_state, *log)  # flat, for the byte comparison
-
-
-def _launch_scan(state, q, k, v, decay, beta, depths, path_slots):
-    out, new_state, log = deltanet_scan_launch(*_dev(state, q, k, v, decay, beta, depths, path_slots))
-    return to_host((out, new_state, *log))
-
-
-def _twin_apply(state, decay, delta, key, path):
-    return deltanet_apply(state, (decay, delta, key), path)
-
-
-def _launch_apply(state, decay, delta, key, path):
-    state, *log = _dev(state, decay, delta, key)
-    return to_host(deltanet_apply_launch(state, tuple(log), path))
-
-
-_SCAN_ROWS = ("q", "k", "v", "decay", "beta")
-CONTRACT = [
-    KernelCheck("scan_inputs", scan_inputs, _launch_inputs, _input_cases,
-                {"two swapped rows": _rows_swapped("conv", "b", "a"), "gates of another row": _rows_swapped("b", "a"),
-                 "eps off by a factor of ten": lambda i: {**i, "eps": i["eps"] * 10},
-                 "q and k heads swapped": _heads_swapped}),
-    KernelCheck("deltanet_scan", _twin_scan, _launch_scan, _scan_cases,
-                {"two swapped rows": _rows_swapped(*_SCAN_ROWS), "a dropped row": _row_dropped(*_SCAN_ROWS),
-                 "a parent swapped": _parent_swapped, "a depth off by one": _depth_off_by_one,
-                 "a tree read in slot order": _read_in_slot_order}),
-    KernelCheck("deltanet_apply", _twin_apply, _launch_apply, _apply_cases,
-                {"a dropped row": _path_dropped, "two swapped rows": _path_swapped}),
-]

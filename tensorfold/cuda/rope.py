@@ -14,36 +14,32 @@ pair.
 
 The inverse frequencies `theta ** (-2j / R)` are the one thing the kernel does not compute itself: the host
 computes them once per (R, theta) with the twin's own expression (`inverse_frequencies`) and the kernel reads
-them. A float64 `pow` is not correctly rounded anywhere: libdevice's differs from NumPy's in the last ulp for about
-a fifth of the (theta, R, j) triples we tried, and NumPy's own differs between CPUs (AVX-512 or not); a one-ulp
-error in a frequency is then multiplied by the position, and with each side computing its own, 131 of the 8.4M
-(position < 262144, pair) values of the released setting (R 64, theta 1e7) came out differently on an H200.
+them. A float64 `pow` is not correctly rounded anywhere: libdevice's can differ from NumPy's in the last ulp, and
+NumPy's own differs between CPUs (AVX-512 or not); a one-ulp error in a frequency is then multiplied by the
+position, so with each side computing its own, the rotated values of long positions would differ.
 
-The float64 `cos` and `sin` still come from NumPy on the host and from libdevice on the GPU, and differ in the last
-float64 ulp for about one angle in six. Rounded to float32 they agree unless the float64 value lies within that
-ulp of a float32 rounding boundary: a chance of about 1e-8 per value (over 2M random angles up to 3e5, and over
-every position below 262144 at the released setting, none differed on an H200).
+The float64 `cos` and `sin` still come from NumPy on the host and from libdevice on the GPU, and can differ in the
+last float64 ulp. Rounded to float32 they agree unless the float64 value lies within that ulp of a float32
+rounding boundary: a chance of about 1e-8 per value.
 
 Mapping (the kernel): one thread per (row, head, pair j). It computes the pair's cos and sin from the row's
 position and inv_freq[j] (no cos/sin table is uploaded), rotates its two elements, and copies the pass-through
 dims R + j, R + j + R/2, ... of its head.
 
 The attention layer's queries and keys are normalised per head and then rotated: `norm_rope` does both, for q and k,
-in one launch (it was five: the query's take_last, two RMSNorms, two RoPEs, about 18 us of each attention layer at
-one stream on an H200, where `norm_rope` takes 6.4 us). Mapping: a block of rmsnorm.THREADS threads per (row, query
-or key head); the block normalises its head with rmsnorm's tree and keeps it in shared memory, then thread j rotates
-pair j and the rest copy the pass-through dims, the arithmetic of `rope_kernel`.
+in one launch, where taking the query out of q_proj's output, two RMSNorms and two RoPEs would be five. Mapping: a
+block of rmsnorm.THREADS threads per (row, query or key head); the block normalises its head with rmsnorm's tree
+and keeps it in shared memory, then thread j rotates pair j and the rest copy the pass-through dims, the arithmetic
+of `rope_kernel`.
 """
 import numpy as np
 from numba import cuda
 
-from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import swap_rows
 from tensorfold.cuda import (
     rmsnorm as norm,  # its THREADS read through the module when a launch is sized: tests patch it
 )
 from tensorfold.cuda.rmsnorm import block_inverse_rms, thread_squares
-from tensorfold.device.grid import BLOCK, blocks_for, to_host
+from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
 MAX_HEAD_DIM = 256  # the longest head norm_rope holds in shared memory (Qwen3.5: 256)
@@ -168,64 +164,3 @@ def norm_rope_launch(q_and_gate, k, q_multiplier, k_multiplier, eps, positions, 
         q_and_gate.reshape(rows * heads, 2 * hd), k.reshape(rows * kv_heads, hd), q_multiplier, k_multiplier, eps,
         positions, frequencies(rotary_dim, theta, stream), q_out, k_out)
     return q_out.reshape(rows, heads, hd), k_out.reshape(rows, kv_heads, hd)
-
-
-# --- the contract -------------------------------------------------------------------------------------------------
-
-def _cases(mode, rng):
-    """(rows, heads, head_dim, rotary_dim, theta): queries and keys of the released models, plus odd sizes."""
-    if mode == "sim":
-        shapes = [(3, 2, 16, 8, 1e7), (2, 1, 8, 8, 1e4)]
-    else:
-        shapes = [(1, 8, 256, 64, 1e7), (16, 2, 256, 64, 1e7), (128, 8, 256, 64, 1e7), (128, 16, 256, 64, 1e7),
-                  (17, 4, 256, 64, 1e7), (300, 4, 32, 8, 1e7), (33, 3, 128, 128, 1e4)]
-    cases = []
-    for rows, heads, head_dim, rotary_dim, theta in shapes:
-        positions = rng.integers(0, 262144, rows)
-        positions[:min(rows, 3)] = [0, 1, 4095][:min(rows, 3)]  # the first positions of a stream, and a long one
-        cases.append((f"{rows}x{heads}x{head_dim}/R{rotary_dim}",
-                      {"x": rng.normal(size=(rows, heads, head_dim)).astype(np.float32), "positions": positions,
-                       "rotary_dim": rotary_dim, "theta": theta}))
-    return cases
-
-
-def _launch(x, positions, rotary_dim, theta):
-    return to_host(rope_launch(cuda.to_device(x), cuda.to_device(np.asarray(positions, np.int32)), rotary_dim, theta))
-
-
-def _norm_rope_cases(mode, rng):
-    """(rows, heads, kv heads, head_dim, rotary_dim, theta): in the simulator a head wider than the block and one
-    all rotated; on GPU the 2B's attention at 1, 16 and 128 rows, the 4B's heads, odd sizes."""
-    if mode == "sim":
-        shapes = [(3, 2, 1, 16, 8, 1e7), (2, 1, 1, 136, 8, 1e4), (2, 2, 2, 8, 8, 1e4)]
-    else:
-        shapes = [(1, 8, 2, 256, 64, 1e7), (16, 8, 2, 256, 64, 1e7), (128, 8, 2, 256, 64, 1e7),
-                  (16, 16, 4, 256, 64, 1e7), (17, 4, 1, 128, 128, 1e4), (5, 3, 3, 40, 8, 1e7)]
-    cases = []
-    for rows, heads, kv_heads, hd, rotary_dim, theta in shapes:
-        positions = rng.integers(0, 262144, rows)
-        positions[:min(rows, 3)] = [0, 1, 4095][:min(rows, 3)]
-        cases.append((f"{rows}x{heads}+{kv_heads}x{hd}/R{rotary_dim}", {
-            "q_and_gate": rng.normal(size=(rows, heads, 2 * hd)).astype(np.float32),
-            "k": rng.normal(size=(rows, kv_heads, hd)).astype(np.float32),
-            "q_multiplier": (1 + rng.normal(size=hd) * 0.3).astype(np.float32),
-            "k_multiplier": (1 + rng.normal(size=hd) * 0.3).astype(np.float32),
-            "eps": 1e-6, "positions": positions, "rotary_dim": rotary_dim, "theta": theta}))
-    return cases
-
-
-def _norm_rope_launch(q_and_gate, k, q_multiplier, k_multiplier, eps, positions, rotary_dim, theta):
-    return to_host(norm_rope_launch(*(cuda.to_device(a) for a in (q_and_gate, k, q_multiplier, k_multiplier)), eps,
-                                    cuda.to_device(np.asarray(positions, np.int32)), rotary_dim, theta))
-
-
-CONTRACT = [
-    KernelCheck("rope", rope, _launch, _cases,
-                {"off-by-one position": lambda i: {**i, "positions": i["positions"] + 1},
-                 "two swapped rows": swap_rows("x")}),
-    KernelCheck("norm_rope", norm_rope, _norm_rope_launch, _norm_rope_cases,
-                {"off-by-one position": lambda i: {**i, "positions": i["positions"] + 1},
-                 "two swapped rows": swap_rows("q_and_gate"), "eps off by a factor of ten":
-                 lambda i: {**i, "eps": i["eps"] * 10},
-                 "the query norm's multiplier for the keys": lambda i: {**i, "k_multiplier": i["q_multiplier"]}}),
-]

@@ -1,5 +1,5 @@
-"""Choosing the next token from a row of logits: argmax, or a seeded draw filtered by temperature, top-k, top-p
-and min-p, computed without sorting.
+"""Choosing the next token from a row of logits: the argmax (argmax.py), or a seeded draw filtered by temperature,
+top-k, top-p and min-p, computed without sorting.
 
 The draw is counter-based: the uniform number for output position n of a request is a hash of (seed, n), so it
 depends on nothing else: a drafted row and an undrafted step at the same position draw the same number, and the
@@ -23,16 +23,12 @@ Thresholds are searched, not sorted to: a 32-bit key that orders float32 values 
 (top-k) or masses (top-p) and keeps the largest one that still passes. Every sum has one fixed order, so the
 searched thresholds, and with them the token, are the same bits in the twin, the simulator and on the GPU.
 
-Mapping (the kernels): one block of THREADS = 256 threads per row of logits, after the argmax's first pass.
-
-* The argmax runs in two launches: `argmax_part_kernel` cuts a row into up to PARTS contiguous parts, one block
-  each (a single block reading a row of 248,320 logits took 115 us, most of a one-row decode step's tail), and
-  each part keeps its best (value, lowest id); then the row's block takes the best part, the lowest on ties,
-  which holds the lower ids. The rule picks the same id whatever the cut.
+Mapping (the kernels): one block of THREADS threads per row of logits, after the argmax's first launch
+(argmax.py), whose parts the block folds into the row's argmax: the answer at temperature 0, and m above.
 
 * Thread-strided passes: thread t reads ids t, t + THREADS, ... in that order and keeps its own partial result
-  (a best (value, id) pair, 15 counts or 15 masses, a sum). After two search steps a thread copies the values that
-  can still reach a probe, in order, to a spare buffer and walks only those: the same sums, far fewer reads.
+  (15 counts or 15 masses, a sum). After two search steps a thread copies the values that can still reach a
+  probe, in order, to a spare buffer and walks only those: the same sums, far fewer reads.
 * Folds: the block combines the THREADS partials in a fixed two-level order: 16 threads each fold 16 neighbouring
   partials in order, then one thread per probe folds those 16 group results in order. Three barriers per fold,
   where a halving tree needs nine (the searches run 16 folds per row).
@@ -40,27 +36,20 @@ Mapping (the kernels): one block of THREADS = 256 threads per row of logits, aft
   and sums its kept p in order; thread 0 adds the THREADS slice sums in order (float64) to find the slice where
   the running mass passes the target; that slice's owner walks it id by id.
 
-Ties go towards the lower token id: argmax keeps the lowest id among equal maxima, and the draw walks ids in
+Ties go towards the lower token id: the argmax keeps the lowest id among equal maxima, and the draw walks ids in
 increasing order. Logits are assumed free of NaN.
 """
 import numpy as np
 from numba import cuda
 
-from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import swap_rows
+from tensorfold.cuda.argmax import GROUP, GROUPS, THREADS, argmax, argmax_parts_launch, best_of_parts
 from tensorfold.cuda.fmath import exp32, exp32_twin
-from tensorfold.device.grid import to_host
 from tensorfold.device.launch import kernel
 
-THREADS = 256  # threads per block (one block per row)
-GROUP = 16  # partials each first-level fold thread combines
-GROUPS = THREADS // GROUP  # first-level results each second-level fold thread combines
 PROBES = 16  # thresholds per search step: c_0 (known to pass) and 15 tested ones, 4 bits of the answer per step
 STEPS = 8  # 8 steps of 4 bits: a 32-bit key
 DIGIT = 4  # bits fixed per search step
 COMPACT = 2  # search steps over the whole row before each thread keeps only the values that can still pass
-LOADS = 16  # logits a thread loads before it compares any: one latency for 16
-PARTS = 64  # blocks a row's argmax is split over, at most (one block reading 248,320 logits took 115 us)
 
 MASK64 = (1 << 64) - 1
 LOW32 = np.uint64(0xFFFFFFFF)
@@ -152,25 +141,6 @@ def keys_of(values):
 
 
 # --- the twin ---------------------------------------------------------------------------------------------------
-
-def argmax(logits):
-    """Index of the largest logit of each row [rows, V]; the lowest index among equal maxima.
-
-    Thread t's partial is the first maximum among its ids t, t + THREADS, ...; the folds keep the larger value and,
-    between equal values, the lower id. That rule picks one pair whatever the order of the folds, so the twin
-    takes the maximum and then the lowest id holding it.
-    """
-    x = np.asarray(logits, np.float32)
-    rows, vocab = x.shape
-    length = -(-vocab // THREADS)
-    padded = np.full((rows, length * THREADS), -np.inf, np.float32)
-    padded[:, :vocab] = x
-    step = np.argmax(padded.reshape(rows, length, THREADS), axis=1)  # thread t's first maximum: id t + THREADS*step
-    ids = step * THREADS + np.arange(THREADS)
-    values = np.take_along_axis(padded, ids, axis=1)
-    best = values.max(axis=1, keepdims=True)
-    return np.where(values == best, ids, length * THREADS).min(axis=1)
-
 
 def thread_sums(values):
     """values [..., V] -> [..., THREADS]: thread t's float32 sum of values t, t + THREADS, ... in that order."""
@@ -293,88 +263,6 @@ def block_fold_sum(parts, groups, totals, rows, t):
             acc += groups[t, g]
         totals[t] = acc
     cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def better(value, index, best_value, best_index):
-    """Whether (value, index) beats (best_value, best_index): a larger value, or an equal one at a lower id."""
-    return value > best_value or (value == best_value and index < best_index)
-
-
-@cuda.jit(device=True)
-def block_argmax(logits, r, t, start, stop, values, ids, group_values, group_ids):
-    """The largest logit among ids start .. stop - 1 of row r and the lowest id holding it (-inf and `stop` for an
-    empty range); every thread gets both."""
-    best_value, best_index = np.float32(-np.inf), stop
-    if start + t < stop:
-        best_value, best_index = logits[r, start + t], start + t
-    batch = cuda.local.array(LOADS, np.float32)
-    for first in range(start + t + THREADS, stop, THREADS * LOADS):
-        for u in range(LOADS):  # LOADS values in flight before the first comparison (past the end: the last)
-            batch[u] = logits[r, min(first + u * THREADS, stop - 1)]
-        for u in range(LOADS):
-            i = first + u * THREADS
-            if i < stop and batch[u] > best_value:  # ids grow along the walk, so an equal value never replaces
-                best_value, best_index = batch[u], i
-    values[t], ids[t] = best_value, best_index
-    cuda.syncthreads()
-    if t < GROUPS:
-        best_value, best_index = values[t * GROUP], ids[t * GROUP]
-        for i in range(t * GROUP + 1, (t + 1) * GROUP):
-            if better(values[i], ids[i], best_value, best_index):
-                best_value, best_index = values[i], ids[i]
-        group_values[t], group_ids[t] = best_value, best_index
-    cuda.syncthreads()
-    if t == 0:
-        best_value, best_index = group_values[0], group_ids[0]
-        for g in range(1, GROUPS):
-            if better(group_values[g], group_ids[g], best_value, best_index):
-                best_value, best_index = group_values[g], group_ids[g]
-        values[0], ids[0] = best_value, best_index
-    cuda.syncthreads()
-    best_value, best_index = values[0], ids[0]
-    cuda.syncthreads()  # everyone has read slot 0 before a next use of the buffers
-    return best_value, best_index
-
-
-def argmax_parts(vocab: int) -> int:
-    """Blocks a row's argmax is split over: one batch of LOADS per thread each, at most PARTS."""
-    return max(1, min(PARTS, -(-vocab // (THREADS * LOADS))))
-
-
-@kernel
-def argmax_part_kernel(logits, part_values, part_ids):
-    """Part p of row r: the best (value, id) among the row's ids [p * length, (p + 1) * length)."""
-    p, r, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
-    values = cuda.shared.array(THREADS, np.float32)
-    ids = cuda.shared.array(THREADS, np.int32)
-    group_values = cuda.shared.array(GROUPS, np.float32)
-    group_ids = cuda.shared.array(GROUPS, np.int32)
-    vocab, parts = logits.shape[1], part_values.shape[1]
-    length = (vocab + parts - 1) // parts
-    best_value, best_index = block_argmax(logits, r, t, min(p * length, vocab), min(p * length + length, vocab),
-                                          values, ids, group_values, group_ids)
-    if t == 0:
-        part_values[r, p], part_ids[r, p] = best_value, best_index
-
-
-@cuda.jit(device=True)
-def best_of_parts(part_values, part_ids, r, t, values, ids, group_values, group_ids):
-    """The row's argmax from its parts: the best part, the lowest on ties, which holds the lower ids."""
-    _, best_part = block_argmax(part_values, r, t, 0, part_values.shape[1], values, ids, group_values, group_ids)
-    return part_ids[r, best_part]
-
-
-@kernel
-def argmax_kernel(part_values, part_ids, out):
-    r, t = cuda.blockIdx.x, cuda.threadIdx.x
-    values = cuda.shared.array(THREADS, np.float32)
-    ids = cuda.shared.array(THREADS, np.int32)
-    group_values = cuda.shared.array(GROUPS, np.float32)
-    group_ids = cuda.shared.array(GROUPS, np.int32)
-    best = best_of_parts(part_values, part_ids, r, t, values, ids, group_values, group_ids)
-    if t == 0:
-        out[r] = best
 
 
 @cuda.jit(device=True)
@@ -506,23 +394,6 @@ def sample_kernel(logits, part_values, part_ids, seeds, positions, temperature, 
                     break
 
 
-def argmax_parts_launch(logits, stream=0):
-    """Each row's argmax by parts (argmax_part_kernel): (best values float32, their ids int32) [rows, parts]."""
-    rows, vocab = logits.shape
-    parts = argmax_parts(vocab)
-    part_values = cuda.device_array((rows, parts), np.float32, stream=stream)
-    part_ids = cuda.device_array((rows, parts), np.int32, stream=stream)
-    argmax_part_kernel[(parts, rows), THREADS, stream](logits, part_values, part_ids)
-    return part_values, part_ids
-
-
-def argmax_launch(logits, stream=0):
-    """Row-wise argmax of device logits [rows, V]: int32 [rows] on the device."""
-    out = cuda.device_array(logits.shape[0], np.int32, stream=stream)
-    argmax_kernel[logits.shape[0], THREADS, stream](*argmax_parts_launch(logits, stream), out)
-    return out
-
-
 def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, stream=0):
     """One token per row of device logits [rows, V]: int32 [rows] on the device.
 
@@ -536,85 +407,3 @@ def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, st
     sample_kernel[rows, THREADS, stream](logits, *argmax_parts_launch(logits, stream), seeds, positions, temperature,
                                          top_k, top_p, min_p, work, spare, out)
     return out
-
-
-# --- the contract -------------------------------------------------------------------------------------------------
-
-def _plant_ties(rng, logits):
-    """Copy each row's maximum to two more ids, one of them lower than the original and owned by a later thread."""
-    for row in logits:
-        top = int(np.argmax(row))
-        low = int(rng.integers(0, max(1, min(top, THREADS))))  # a lower id (or 0)
-        high = int(rng.integers(low, len(row)))
-        row[[low, high]] = row[top]
-    return logits
-
-
-def _argmax_cases(mode, rng):
-    shapes = [(2, 300), (3, 517), (1, 4500)] if mode == "sim" else [(1, 248320), (16, 248320), (16, 4096), (5, 1000)]
-    cases = []
-    for rows, vocab in shapes:
-        logits = rng.normal(size=(rows, vocab)).astype(np.float32)
-        cases.append((f"{rows}x{vocab}", {"logits": _plant_ties(rng, logits)}))
-    return cases
-
-
-def _ties_to_the_higher_id(inputs):
-    """Planted: what a fold that kept the higher id on ties would see: every earlier copy of the maximum a hair lower."""
-    logits = inputs["logits"].copy()
-    planted = False
-    for row in logits:
-        tied = np.flatnonzero(row == row.max())
-        if len(tied) > 1:
-            row[tied[:-1]] = np.nextafter(row[tied[:-1]], np.float32(-np.inf))
-            planted = True
-    return {**inputs, "logits": logits} if planted else None
-
-
-# (temperature, top_k, top_p, min_p) per row; rows cycle through them
-_SIM_PARAMS = [[(0.8, 40, 0.9, 0.01), (1.3, 0, 0.6, 0.0)],
-               [(0.0, 0, 1.0, 0.0), (0.5, 3, 1.0, 0.2)]]
-_GPU_PARAMS = [(0.0, 0, 1.0, 0.0), (1.0, 0, 1.0, 0.0), (0.7, 50, 0.9, 0.0), (1.0, 0, 0.8, 0.05), (1.5, 20, 1.0, 0.0),
-               (0.6, 0, 0.95, 0.1), (1.0, 1, 1.0, 0.0), (0.9, 1000, 0.5, 0.0)]
-
-
-def _sample_inputs(rng, rows, vocab, params):
-    logits = (rng.normal(size=(rows, vocab)) * 1.5).astype(np.float32)
-    _plant_ties(rng, logits[:1])
-    table = np.array([params[r % len(params)] for r in range(rows)], np.float64)
-    return {"logits": logits, "seeds": rng.integers(0, 1 << 63, rows, dtype=np.uint64),
-            "positions": rng.integers(0, 5000, rows).astype(np.uint64), "temperature": table[:, 0].astype(np.float32),
-            "top_k": table[:, 1].astype(np.int32), "top_p": table[:, 2].astype(np.float32),
-            "min_p": table[:, 3].astype(np.float32)}
-
-
-def _sample_cases(mode, rng):
-    if mode == "sim":
-        return [("2x400", _sample_inputs(rng, 2, 400, _SIM_PARAMS[0])),
-                ("2x300", _sample_inputs(rng, 2, 300, _SIM_PARAMS[1]))]
-    return [(f"{rows}x{vocab}", _sample_inputs(rng, rows, vocab, _GPU_PARAMS))
-            for rows, vocab in [(1, 248320), (16, 248320), (16, 4096), (1, 4096), (5, 1000)]]
-
-
-def _launch_sample(**inputs):
-    return to_host(sample_launch(*(cuda.to_device(np.ascontiguousarray(inputs[name])) for name in (
-        "logits", "seeds", "positions", "temperature", "top_k", "top_p", "min_p"))))
-
-
-def _top_p_ignored(inputs):
-    if (inputs["top_p"] >= 1).all():
-        return None
-    return {**inputs, "top_p": np.ones_like(inputs["top_p"])}
-
-
-CONTRACT = [
-    KernelCheck("argmax", twin=argmax, launch=lambda logits: to_host(argmax_launch(cuda.to_device(logits))),
-                cases=_argmax_cases,
-                controls={"two swapped rows": swap_rows("logits"),
-                          "ties towards the higher id": _ties_to_the_higher_id,
-                          "an id off by one": lambda i: {**i, "logits": np.roll(i["logits"], 1, axis=1)}}),
-    KernelCheck("sample", twin=sample_rows, launch=_launch_sample, cases=_sample_cases,
-                controls={"position off by one": lambda i: {**i, "positions": i["positions"] + np.uint64(1)},
-                          "two swapped rows": swap_rows("logits"),
-                          "top_p ignored": _top_p_ignored}),
-]

@@ -29,11 +29,8 @@ import math
 import numpy as np
 from numba import cuda
 
-from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import drop_row, swap_rows
+from tensorfold.cuda.argmax import better
 from tensorfold.cuda.fmath import exp32, exp32_twin, tree_sum
-from tensorfold.cuda.sampling import better
-from tensorfold.device.grid import to_host
 from tensorfold.device.launch import kernel
 
 THREADS = 128  # threads per block (one block per row): the walk's stride and the width of both trees
@@ -77,7 +74,7 @@ def topk(logits, k):
 
 
 # --- the kernel -------------------------------------------------------------------------------------------------------
-# Block r handles row r; thread t. `better` (from sampling) is the order: a larger value, or an equal one at a lower id.
+# Block r handles row r; thread t. `better` (argmax.py) is the order: a larger value, or an equal one at a lower id.
 
 @cuda.jit(device=True)
 def keep_best(values, ids, k, value, index):
@@ -153,57 +150,3 @@ def topk_launch(logits, k, stream=0):
     logprobs = cuda.device_array((rows, k), np.float32, stream=stream)
     topk_kernel[rows, THREADS, stream](logits, k, ids, logprobs)
     return ids, logprobs
-
-
-# --- the contract -----------------------------------------------------------------------------------------------------
-
-def _plant_ties(rng, logits, k):
-    """Per row: the maximum and the k-th best value each copied to a random id and to an id of the same thread (one
-    stride away), so that ties decide both the order at the top and which ids make the cut, in the walk and in the
-    merges; a few -inf logits (masked tokens) too."""
-    for row in logits:
-        order = np.lexsort((np.arange(len(row)), -row))
-        middle, bottom = order[k + 1:3 * len(row) // 4], order[3 * len(row) // 4:]  # ids outside the k + 1 best
-        for original, spare in zip((order[0], order[k - 1]), rng.choice(middle, 2, replace=False)):
-            neighbour = original + THREADS if original + THREADS < len(row) else original - THREADS
-            row[[i for i in (spare, neighbour) if i in middle]] = row[original]
-        row[rng.choice(bottom, 3, replace=False)] = -np.inf
-    return logits
-
-
-def _cases(mode, rng):
-    """(rows, V, k): the drafter's rows (1 and 15) at Qwen3.5's vocabulary and a small one, and odd shapes."""
-    if mode == "sim":
-        shapes = [(2, 300, 5), (2, 130, 32), (2, 200, 1)]
-    else:
-        shapes = [(rows, vocab, k) for vocab in (248320, 4096) for rows in (1, 15) for k in (1, 8, 16)]
-        shapes += [(15, 4096, 32), (5, 1000, 8)]
-    cases = []
-    for rows, vocab, k in shapes:
-        logits = (rng.normal(size=(rows, vocab)) * 3).astype(np.float32)
-        cases.append((f"{rows}x{vocab} k{k}", {"logits": _plant_ties(rng, logits, k), "k": k}))
-    return cases
-
-
-def _ties_to_the_higher_id(inputs):
-    """Planted: what a merge that kept the higher id on ties would see: every earlier copy of a value tied within the
-    row's k + 1 best a hair lower."""
-    logits, k = inputs["logits"].copy(), inputs["k"]
-    for row in logits:
-        best = np.sort(row)[::-1][:k + 1]
-        for value in np.unique(best[np.isfinite(best)]):
-            tied = np.flatnonzero(row == value)
-            row[tied[:-1]] = np.nextafter(row[tied[:-1]], np.float32(-np.inf))
-    return {**inputs, "logits": logits}
-
-
-def _launch(logits, k):
-    return to_host(topk_launch(cuda.to_device(logits), k))
-
-
-CONTRACT = [
-    KernelCheck("topk", twin=topk, launch=_launch, cases=_cases,
-                controls={"two swapped rows": swap_rows("logits"), "a dropped row": drop_row("logits"),
-                          "an id off by one": lambda i: {**i, "logits": np.roll(i["logits"], 1, axis=1)},
-                          "ties towards the higher id": _ties_to_the_higher_id}),
-]

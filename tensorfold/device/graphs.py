@@ -1,12 +1,12 @@
 """CUDA graphs: the launches of a round recorded once, then replayed each round by one driver call.
 
-A decode round launches a few hundred kernels and numba spends tens of microseconds of host time on each, while
-most of those kernels run for a few microseconds on the GPU. A CUDA graph records the round's launches (each
+A decode round launches a few hundred kernels, and numba's host work for each launch takes longer than most of
+those kernels run on the GPU. A CUDA graph records the round's launches (each
 kernel, its grid, and its arguments: every device pointer and every scalar, fixed) and the driver replays all of
 them from one call. So a recorded round is only right if everything that changes from one round to the next is
 read from device memory at a fixed address (the round's token ids and positions) and everything the next round
 needs is written in place (the DeltaNet states, the conv tails, the keys and values at a device-held position).
-tensorfold/model/graphs.py builds decode rounds that way; this file records and replays them.
+tensorfold/model/replay.py builds decode rounds that way; this file records and replays them.
 
 * On a GPU, `Recording` captures the backend's numba stream (`cuStreamBeginCapture`, relaxed mode, so that the
   device pool may still allocate from the driver) and `Graph.replay` is one `cuGraphLaunch` on the same stream.
@@ -116,8 +116,8 @@ class Lanes:
     def __init__(self, backend, count: int):
         self.backend = backend
         self.recording = _open if count > 1 else None
-        self.main = getattr(backend, "stream", None)
         self.sides = backend.side_streams(count) if self.recording is not None and not SIMULATED else []
+        self.main = backend.stream if self.sides else None  # only a backend that records has a stream
 
     def __enter__(self):
         if self.recording is not None:

@@ -2,8 +2,8 @@
 
 `kernel[grid, block, stream](*args)` on a numba dispatcher derives the numba type of every argument (for a device
 array: a new `types.Array`, interned through numba's type system), looks the compiled kernel up by those types, then
-marshals each argument through a general path. That costs about 100 us of host time per launch on an H200 host,
-and a decode round launches about 500 kernels, so the round is bound by the host, not the GPU.
+marshals each argument through a general path. Repeated for each of a decode round's hundreds of launches, that
+host work, not the GPU, sets the round's time.
 
 `CachedLaunch` wraps a `@cuda.jit` kernel and keeps, per argument layout (an array's dtype, rank and contiguity;
 a scalar's Python type), the compiled kernel and one small packing function per argument. The first launch with a

@@ -17,17 +17,17 @@ on the target's backend. `BlockDrafter` turns the block's logits into a chain (e
 import dataclasses
 import heapq
 import itertools
-import json
 import math
 import os
 
 import numpy as np
 
 from tensorfold.cuda.topk import MAX_K
-from tensorfold.drafters import Drafter
+from tensorfold.drafters.base import Drafter
 from tensorfold.errors import CheckpointError, ConfigError, TensorfoldError
 from tensorfold.model.checkpoint import FLOAT_DTYPES, Linear, resolve, stored_tensors
 from tensorfold.model.config import ModelConfig, _check_positive_int, _is_int, _is_number, _require
+from tensorfold.model.files import read_json_object
 from tensorfold.numerics.formats import bf16_to_f32
 
 DFLASH2_TENSORS = ("candidate_selector.", ".attention_conv.", "mlp_conv.", "output_multiplier",
@@ -148,14 +148,7 @@ class DFlashConfig:
     def from_file(cls, path) -> "DFlashConfig":
         """Read a drafter's `config.json`, given its path or the folder holding it."""
         path = os.path.join(path, "config.json") if os.path.isdir(path) else path
-        try:
-            with open(path, "rb") as f:
-                d = json.load(f)
-        except OSError as e:
-            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
-        except ValueError as e:
-            raise ConfigError(f"config file {path} is not valid JSON: {e}") from e
-        return cls.from_dict(d)
+        return cls.from_dict(read_json_object(path, error=ConfigError))
 
 
 def _refuse_variants(d: dict, draft: dict) -> None:

@@ -13,13 +13,13 @@ instead of [C, 1, K], and the centred norm weights already carry the `+1` (the n
 The conv layout tells the two apart, as mlx-lm itself decides.
 """
 import dataclasses
-import json
 import os
 
 import numpy as np
 
 from tensorfold.errors import CheckpointError
 from tensorfold.model.config import ModelConfig
+from tensorfold.model.files import brief, read_json_object
 from tensorfold.model.safetensors_io import read_header
 from tensorfold.numerics.formats import affine_rows, bf16_to_f32
 
@@ -129,22 +129,17 @@ def resolve(model: str, progress: bool = True) -> str:
 def stored_tensors(folder: str) -> dict:
     """Every tensor in the folder's safetensors file(s), by stored name."""
     index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.exists(index):
-        try:
-            with open(index) as f:
-                weight_map = json.load(f)["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
+    weight_map = _weight_map(index) if os.path.lexists(index) else None
+    if weight_map is not None:
         files = sorted(set(weight_map.values()))
     else:
         files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
-        weight_map = None
     if not files:
         raise CheckpointError(f"{folder}: no .safetensors files (tensorfold reads safetensors only)")
     tensors = {}
     for file in files:
         path = os.path.join(folder, file)
-        if os.path.basename(file) != file or not os.path.exists(path):
+        if file in ("", ".", "..") or os.path.basename(file) != file or not os.path.lexists(path):
             raise CheckpointError(f"{folder}: the index names shard {file!r}, which is not in the folder")
         for name, info in read_header(path).items():
             if name in tensors:
@@ -153,8 +148,21 @@ def stored_tensors(folder: str) -> dict:
     if weight_map is not None:
         for name, file in weight_map.items():
             if name not in tensors or os.path.basename(tensors[name].path) != file:
-                raise CheckpointError(f"tensor {name}: the index places it in {file}, but that shard lacks it")
+                raise CheckpointError(f"tensor {brief(name)}: {index} places it in {brief(file)}, but that shard "
+                                      f"lacks it")
     return tensors
+
+
+def _weight_map(index: str) -> dict[str, str]:
+    """The index's map of tensor name to shard file name."""
+    weight_map = read_json_object(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index}: weight_map must be an object of tensor name to shard file, got "
+                              f"{brief(weight_map)}")
+    for name, file in weight_map.items():
+        if not isinstance(file, str):
+            raise CheckpointError(f"{index}: weight_map[{brief(name)}] must be a shard file name, got {brief(file)}")
+    return weight_map
 
 
 def _float(info) -> np.ndarray:

@@ -7,12 +7,12 @@ MLX checkpoints add a top-level `quantization` block (copied as `quantization_co
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tensorfold.errors import ConfigError
+from tensorfold.model.files import read_json_object
 
 LINEAR_ATTENTION = "linear_attention"
 FULL_ATTENTION = "full_attention"
@@ -33,6 +33,11 @@ REQUIRED_FIELDS = (
     "linear_value_head_dim",
 )
 _POSITIVE_INTS = REQUIRED_FIELDS + ("linear_conv_kernel_dim", "max_position_embeddings")
+# Bounds on the integer fields, checked before anything is built from them: the deepest released Qwen3.5 has 60
+# layers, and no size of a real model comes near 2**31.
+MAX_LAYERS = 1024
+MAX_SIZE = 2**31 - 1
+_LIMITS = {"num_hidden_layers": MAX_LAYERS}
 # The fields `to_dict` writes under their own name, as `config.json` spells them.
 _PLAIN_FIELDS = _POSITIVE_INTS + ("rms_norm_eps", "tie_word_embeddings")
 _QUANT_GLOBAL_KEYS = ("bits", "group_size", "mode")
@@ -135,8 +140,7 @@ class ModelConfig:
                 f"{self.rotary_dim}; it must be even and at least 2"
             )
         for token_id in self.eos_token_ids:
-            if not _is_int(token_id) or token_id < 0:
-                raise ConfigError(f"eos_token_id must be a non-negative integer or a list of them, got {token_id!r}")
+            _check_token_id(token_id)
 
     @property
     def rotary_dim(self) -> int:
@@ -190,15 +194,7 @@ class ModelConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
-        try:
-            d = json.loads(raw)
-        except ValueError as e:  # bad JSON or bad UTF-8
-            raise ConfigError(f"config file {path} is not valid JSON: {e}") from e
-        return cls.from_dict(d)
+        return cls.from_dict(read_json_object(path, error=ConfigError))
 
     def to_dict(self) -> dict:
         """A flat `qwen3_5_text` `config.json` dict that `from_dict` and transformers both read back."""
@@ -264,12 +260,11 @@ def _parse_eos_token_ids(*levels: dict) -> tuple:
     ids = []
     for level in levels:
         value = level.get("eos_token_id")
-        if value is None:
-            continue
-        for token_id in value if isinstance(value, list) else [value]:
-            if token_id not in ids:
-                ids.append(token_id)
-    return tuple(ids)
+        if value is not None:
+            ids.extend(value if isinstance(value, list) else [value])
+    for token_id in ids:
+        _check_token_id(token_id)  # before dict.fromkeys, which needs hashable ids
+    return tuple(dict.fromkeys(ids))
 
 
 def _parse_quantization(d: dict) -> Quantization | None:
@@ -320,6 +315,14 @@ def _check_quant_spec(where: str, bits, group_size) -> None:
 def _check_positive_int(name: str, value) -> None:
     if not _is_int(value) or value <= 0:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    limit = _LIMITS.get(name, MAX_SIZE)
+    if value > limit:
+        raise ConfigError(f"{name} must be at most {limit} (tensorfold's limit), got {value}")
+
+
+def _check_token_id(token_id) -> None:
+    if not _is_int(token_id) or not 0 <= token_id <= MAX_SIZE:
+        raise ConfigError(f"eos_token_id must be an integer from 0 to {MAX_SIZE} or a list of them, got {token_id!r}")
 
 
 def _check_multiple(config: ModelConfig, name: str, divisor_name: str) -> None:

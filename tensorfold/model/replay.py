@@ -3,7 +3,7 @@
 A *decode round* is one in which every stream's window is its one decode row: no prompt chunk, no drafted row. With
 the same streams, two decode rounds launch the same kernels on the same buffers; only a few integers differ (each
 row's token id, position, key count and cache row), and the work after the forward is always the same keep of
-one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a recording (tensorfold/cuda/graphs.py):
+one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a recording (tensorfold/device/graphs.py):
 
 1. Each stream lands its pending DeltaNet rows, puts its state and conv tail back in its own buffers (`settle`),
    and grows its key/value buffers when the next row would not fit, by HEADROOM rows at least: eager work, done
@@ -36,17 +36,17 @@ import os
 import numpy as np
 
 from tensorfold.device import graphs
-from tensorfold.model.qwen35 import RoundInputs
+from tensorfold.model.rows import RoundInputs
 
 HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: one new recording per 256 rounds
 
 
 def replays_decode_rounds(backend, graphs: bool | None = None) -> bool:
-    """Whether an engine on `backend` replays its decode rounds from CUDA graphs: on the `cuda` backend, unless
-    `graphs` is False, or None with TENSORFOLD_GRAPHS=0 in the environment."""
+    """Whether an engine on `backend` replays its decode rounds from CUDA graphs: on a backend that can record them,
+    unless `graphs` is False, or None with TENSORFOLD_GRAPHS=0 in the environment."""
     if graphs is None:
         graphs = os.environ.get("TENSORFOLD_GRAPHS", "1") != "0"
-    return graphs and backend.name == "cuda"
+    return graphs and backend.can_record
 
 
 @dataclasses.dataclass
@@ -58,7 +58,7 @@ class Recorded:
 
 
 class DecodeGraphs:
-    """Recorded decode rounds of one model (on the `cuda` backend), keyed by their streams' cache buffers."""
+    """Recorded decode rounds of one model (on a backend that can record them), keyed by their streams' cache buffers."""
 
     def __init__(self, net, capacity: int = 4):
         self.net, self.capacity = net, capacity

@@ -15,6 +15,14 @@ from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from tensorfold.errors import CheckpointError
+from tensorfold.model.files import (
+    MAX_JSON_BYTES,
+    MAX_TOKENIZER_BYTES,
+    brief,
+    one_line,
+    read_checkpoint_file,
+    read_json_object,
+)
 
 CHATML_TEMPLATE = Path(__file__).with_name("chatml.jinja")
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 of a trained tokenizer
@@ -34,14 +42,29 @@ class Tokenizer:
 
     @classmethod
     def from_folder(cls, folder, eos_token_ids=()) -> "Tokenizer":
-        """Load a checkpoint folder's tokenizer; `eos_token_ids` (config.json's) are merged into the stop ids."""
+        """Load a checkpoint folder's tokenizer; `eos_token_ids` (config.json's) are merged into the stop ids.
+
+        Every file is checked here, at load time: a tokenizer.json that `tokenizers` cannot read, a malformed
+        generation_config.json or a chat template that does not compile raises CheckpointError naming the file.
+        """
         folder = Path(folder)
         path = folder / "tokenizer.json"
-        if not path.is_file():
+        data = read_checkpoint_file(path, MAX_TOKENIZER_BYTES, missing_ok=True)
+        if data is None:
             raise CheckpointError(f"{path} is missing: the checkpoint has no tokenizer")
-        generation_config = read_json(folder / "generation_config.json")
-        stop_ids = dict.fromkeys(as_ids(eos_token_ids) + as_ids(generation_config.get("eos_token_id")))
-        return cls(HFTokenizer.from_file(str(path)), read_chat_template(folder), tuple(stop_ids))
+        try:
+            tokenizer = HFTokenizer.from_str(data.decode("utf-8"))
+        except Exception as e:  # noqa: BLE001 (`tokenizers` raises a plain Exception for every malformed file)
+            raise CheckpointError(f"{path} is not a tokenizer that the tokenizers library can read: "
+                                  f"{one_line(str(e))}") from None
+        generation_path = folder / "generation_config.json"
+        generation_config = read_json_object(generation_path, missing_ok=True) or {}
+        stop_ids = dict.fromkeys([*eos_token_ids, *as_ids(generation_config.get("eos_token_id"), generation_path)])
+        template, template_path = read_chat_template(folder)
+        try:
+            return cls(tokenizer, template, tuple(stop_ids))
+        except (jinja2.TemplateError, RecursionError) as e:
+            raise CheckpointError(f"{template_path}: the chat template does not compile: {template_error(e)}") from None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`; no BOS is added, and special-token text such as ``<|im_start|>`` becomes its id."""
@@ -123,27 +146,45 @@ def compile_chat_template(source: str) -> jinja2.Template:
     return env.from_string(source)
 
 
-def read_chat_template(folder: Path) -> str | None:
-    """The template in chat_template.jinja, else tokenizer_config.json's (a string, or a list named by "name")."""
+def read_chat_template(folder: Path) -> tuple[str | None, Path]:
+    """The chat template and the file it came from: chat_template.jinja, else tokenizer_config.json's
+    `chat_template` (a string, or a list of named templates of which "default" is taken)."""
     path = folder / "chat_template.jinja"
-    if path.is_file():
-        return path.read_text(encoding="utf-8")
-    template = read_json(folder / "tokenizer_config.json").get("chat_template")
+    data = read_checkpoint_file(path, MAX_JSON_BYTES, missing_ok=True)
+    if data is not None:
+        try:
+            return data.decode("utf-8"), path
+        except UnicodeDecodeError as e:
+            raise CheckpointError(f"{path} is not UTF-8 text: {e}") from None
+    path = folder / "tokenizer_config.json"
+    template = (read_json_object(path, missing_ok=True) or {}).get("chat_template")
     if isinstance(template, list):
-        template = {entry["name"]: entry["template"] for entry in template}.get("default")
-    return template
+        named = {entry.get("name"): entry.get("template") for entry in template if isinstance(entry, dict)}
+        template = named.get("default")
+    if template is not None and not isinstance(template, str):
+        raise CheckpointError(f"{path}: chat_template must be a string or a list of named templates, got "
+                              f"{brief(template)}")
+    return template, path
 
 
-def read_json(path: Path) -> dict:
-    """A JSON file's contents, or {} if the file does not exist."""
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def as_ids(value) -> list[int]:
-    """An eos_token_id field (None, an int or a list of ints) as a list."""
+def as_ids(value, path) -> list[int]:
+    """An eos_token_id field (None, an int or a list of ints) as a list; anything else is refused, naming `path`."""
     if value is None:
         return []
-    return [value] if isinstance(value, int) else list(value)
+    ids = value if isinstance(value, (list, tuple)) else [value]
+    for token_id in ids:
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
+            raise CheckpointError(f"{path}: eos_token_id must be a non-negative integer or a list of them, got "
+                                  f"{brief(value)}")
+    return list(ids)
+
+
+def template_error(error: Exception) -> str:
+    """A Jinja compile error in one line: its message and, for a syntax error, the line of the template."""
+    if isinstance(error, RecursionError):
+        return "it nests blocks too deeply"
+    line = f" (line {error.lineno})" if isinstance(error, jinja2.TemplateSyntaxError) else ""
+    return f"{one_line(str(error.message))}{line}"
 
 
 def train_bpe_tokenizer(texts: list[str], vocab_size: int, folder) -> None:

@@ -6,6 +6,7 @@ at its next round.
 """
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import time
@@ -22,7 +23,7 @@ from tensorfold.engine import FINISHED
 from tensorfold.errors import TensorfoldError
 from tensorfold.serve.metrics import Metrics
 from tensorfold.serve.output import ChatOutput, TextOutput
-from tensorfold.serve.protocol import APIError, read_generation, read_messages, read_prompt
+from tensorfold.serve.protocol import APIError, read_generation, read_ids, read_messages, read_prompt
 
 MAX_BODY_BYTES = 4 << 20
 
@@ -30,6 +31,11 @@ MAX_BODY_BYTES = 4 << 20
 def token_sha256(ids) -> str:
     """sha256 hex of token ids as little-endian int32: the identity of an output across runs and servers."""
     return hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
+
+
+def feeder(loop, events, index: int):
+    """An engine listener that puts (index, item) on `events`, an asyncio queue, from the engine thread."""
+    return lambda item: loop.call_soon_threadsafe(events.put_nowait, (index, item))
 
 
 class Choice:
@@ -160,10 +166,9 @@ class Server:
     async def detokenize(self, request):
         body = await self.body(request)
         tokens = body.get("tokens")
-        vocab = self.model.config.vocab_size
-        if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab
-                                                 for t in tokens)):
-            raise APIError(400, f"tokens must be a list of token ids in 0 .. {vocab - 1}", "tokens")
+        if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in tokens)):
+            raise APIError(400, "tokens must be a list of token ids", "tokens")
+        tokens = read_ids(tokens, self.model.config.vocab_size, "tokens")
         return JSONResponse({"prompt": self.model.tokenizer.decode(tokens)})
 
     # --- generation ------------------------------------------------------------------------------------------------
@@ -198,10 +203,9 @@ class Server:
         try:
             for index in range(generation.n):
                 params = generation.params
-                if params.seed is not None and index:
-                    params = type(params)(**{**params.__dict__, "seed": params.seed + index})
-                listener = (lambda i: lambda item: loop.call_soon_threadsafe(events.put_nowait, (i, item)))(index)
-                request = self.engine.submit(ids, params, listener=listener)
+                if params.seed is not None and index:  # the draws read a seed modulo 2^64
+                    params = dataclasses.replace(params, seed=(params.seed + index) % 2**64)
+                request = self.engine.submit(ids, params, listener=feeder(loop, events, index))
                 choices.append(Choice(index, request, TextOutput(self.model.tokenizer, generation.stop)))
         except TensorfoldError as e:
             for choice in choices:
@@ -217,7 +221,7 @@ class Server:
             while open_choices:
                 try:
                     index, item = await asyncio.wait_for(events.get(), timeout=0.5)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if await http_request.is_disconnected():
                         return
                     continue
@@ -266,7 +270,10 @@ class Server:
         entries = request.logprobs[first:choice.tokens_seen]
         ids = choice.output[first:choice.tokens_seen]
         choice.logprobs_sent = choice.tokens_seen
-        piece = lambda token: self.model.tokenizer.decode([token])  # noqa: E731
+
+        def piece(token):
+            return self.model.tokenizer.decode([token])
+
         if chat:
             return {"content": [{"token": piece(t), "logprob": lp, "bytes": list(piece(t).encode()),
                                  "top_logprobs": [{"token": piece(i), "logprob": v, "bytes": list(piece(i).encode())}

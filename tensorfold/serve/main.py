@@ -36,42 +36,33 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def available_bytes(backend) -> int:
-    """Free memory where the caches live: the GPU's for the cuda backend, the host's otherwise."""
-    if backend.name == "cuda":
-        free, _ = backend.cuda.current_context().get_memory_info()
-        return free
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def build(args):
     """Load the model and make the engine and server; refuses when the plan does not fit."""
     from tensorfold.api import load
     from tensorfold.drafters import make_drafter
     from tensorfold.engine import Engine
-    from tensorfold.model.qwen35 import KeepPolicy
-    from tensorfold.models import default_model
+    from tensorfold.model.cache import KeepPolicy
     from tensorfold.prompt_cache import PromptCache
     from tensorfold.serve.app import Server
+    from tensorfold.serve.memory import MemoryPlan
 
-    model = load(args.model or default_model(), backend=args.backend, progress=True)
+    model = load(args.model, backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)
     cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
     keep = None if args.keep_late is None else KeepPolicy(late=bool(args.keep_late))
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
                     drafter=make_drafter(args.drafter, model, args.draft_shape, args.draft_rows),
                     max_draft=args.max_draft, prompt_cache=cache, keep=keep)
-    streams = engine.stream_bytes() * args.parallel
-    free = available_bytes(model.backend)
+    plan = MemoryPlan.of(engine)
     print(f"model    {model.path}", file=sys.stderr)
     print(f"backend  {model.backend.name}; drafter {engine.drafter.name}; deferred keep "
           f"{'on' if engine.keep.late else 'off'}; prompt cache {args.prompt_cache_gib:g} GiB", file=sys.stderr)
-    print(f"memory   weights {model.weight_bytes / 2**20:.1f} MiB + {args.parallel} streams x "
-          f"{engine.stream_bytes() / 2**20:.1f} MiB ({context} rows each) = "
-          f"{(model.weight_bytes + streams) / 2**20:.1f} MiB of {free / 2**20:.0f} MiB free", file=sys.stderr)
-    if streams > free:
-        raise TensorfoldError(f"{args.parallel} streams of {context} rows need {streams / 2**20:.0f} MiB but only "
-                              f"{free / 2**20:.0f} MiB are free: lower --parallel or --context")
+    print(f"memory   weights {plan.weights / 2**20:.1f} MiB + {plan.streams} streams x {plan.stream / 2**20:.1f} MiB "
+          f"({context} rows each) = {(plan.weights + plan.caches) / 2**20:.1f} MiB of {plan.free / 2**20:.0f} MiB "
+          f"free", file=sys.stderr)
+    if not plan.fits:
+        raise TensorfoldError(f"{plan.streams} streams of {context} rows need {plan.caches / 2**20:.0f} MiB but only "
+                              f"{plan.free / 2**20:.0f} MiB are free: lower --parallel or --context")
     hub_id = args.model and not os.path.isdir(args.model)
     name = args.served_model_name or (args.model if hub_id else os.path.basename(os.path.normpath(model.path)))
     return Server(engine, name, api_key=args.api_key, max_queue=args.max_queue)

@@ -1,6 +1,7 @@
 """Prometheus text exposition of the server's counters, gauges and latency histograms (no client library: the
 format is a few lines of text)."""
 import threading
+from typing import ClassVar
 
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -26,7 +27,7 @@ class Metrics:
     """What /metrics reports: request and token counts, rounds, drafts and acceptance, queue depth,
     prompt-cache hits, and latency histograms."""
 
-    COUNTERS = {"requests_total": "finished requests", "request_errors_total": "requests refused or failed",
+    COUNTERS: ClassVar[dict] = {"requests_total": "finished requests", "request_errors_total": "requests refused or failed",
                 "prompt_tokens_total": "prompt tokens", "generation_tokens_total": "generated tokens",
                 "drafted_rows_total": "drafted rows verified", "accepted_rows_total": "drafted rows accepted",
                 "draft_rounds_total": "rounds that verified drafts (mean acceptance length: "

@@ -6,7 +6,8 @@ compatible servers do.
 """
 import dataclasses
 
-from tensorfold.engine import SamplingParams
+from tensorfold.engine import SamplingParams, check_ids
+from tensorfold.errors import TensorfoldError
 
 MAX_N = 8  # choices per request
 
@@ -25,14 +26,15 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
 
 
-def _number(body, name, default, low, high, integer=False):
+def _number(body, name, default, integer=False):
+    """A field that must be a JSON number (an integer where `integer`), or `default` when absent. Its range is the
+    engine's check (`SamplingParams.problems`), or the caller's."""
     value = body.get(name)
     if value is None:
         return default
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or not low <= value <= high:
-        kind = "an integer" if integer else "a number"
-        raise APIError(400, f"{name} must be {kind} between {low} and {high}, got {value!r}", name)
+    if isinstance(value, bool) or not ok:
+        raise APIError(400, f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}", name)
     return value
 
 
@@ -53,18 +55,17 @@ def read_logprobs(body: dict, chat: bool):
         wanted = body.get("logprobs")
         if wanted not in (None, True, False):
             raise APIError(400, f"logprobs must be true or false, got {wanted!r}", "logprobs")
-        top = _number(body, "top_logprobs", 0, 0, 20, integer=True)
+        top = _number(body, "top_logprobs", 0, integer=True)
         if top and not wanted:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
         return top if wanted else None
-    return _number(body, "logprobs", None, 0, 20, integer=True)
+    return _number(body, "logprobs", None, integer=True)
 
 
 def read_generation(body: dict, default_max_tokens: int, chat: bool) -> Generation:
     """The sampling and output fields shared by /v1/completions and /v1/chat/completions."""
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    max_tokens = _number({name: max_tokens}, name, default_max_tokens, 1, 1 << 31, integer=True)
+    max_tokens = _number(body, name, default_max_tokens, integer=True)
     stop = body.get("stop")
     if stop is None:
         stop = []
@@ -83,18 +84,26 @@ def read_generation(body: dict, default_max_tokens: int, chat: bool) -> Generati
         raise APIError(400, "stream_options must be an object", "stream_options")
     if body.get("logit_bias") not in (None, {}):
         raise APIError(400, "logit_bias is not supported by this server yet", "logit_bias")
+    top_k = _number(body, "top_k", 0, integer=True)
     params = SamplingParams(
         max_tokens=max_tokens,
-        temperature=float(_number(body, "temperature", 1.0, 0.0, 100.0)),
-        top_p=float(_number(body, "top_p", 1.0, 1e-9, 1.0)),
-        top_k=max(0, _number(body, "top_k", 0, -1, 1 << 30, integer=True)),  # -1 means off, as in vLLM
-        min_p=float(_number(body, "min_p", 0.0, 0.0, 1.0)),
-        seed=_number(body, "seed", None, -(1 << 63), (1 << 64) - 1, integer=True),
-        presence_penalty=float(_number(body, "presence_penalty", 0.0, -2.0, 2.0)),
-        frequency_penalty=float(_number(body, "frequency_penalty", 0.0, -2.0, 2.0)),
+        temperature=_number(body, "temperature", 1.0),
+        top_p=_number(body, "top_p", 1.0),
+        top_k=0 if top_k == -1 else top_k,  # -1 means off, as in vLLM
+        min_p=_number(body, "min_p", 0.0),
+        seed=_number(body, "seed", None, integer=True),
+        presence_penalty=_number(body, "presence_penalty", 0.0),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0),
         logprobs=read_logprobs(body, chat),
         draft=draft)
-    n = _number(body, "n", 1, 1, MAX_N, integer=True)
+    problems = params.problems()
+    if problems:
+        field, message = next(iter(problems.items()))
+        names = {"max_tokens": name, "logprobs": "top_logprobs" if chat else "logprobs"}  # the request's names
+        raise APIError(400, message, names.get(field, field))
+    n = _number(body, "n", 1, integer=True)
+    if not 1 <= n <= MAX_N:
+        raise APIError(400, f"n must be an integer between 1 and {MAX_N}, got {n!r}", "n")
     return Generation(params, n, stream, bool(options.get("include_usage", False)), stop)
 
 
@@ -119,9 +128,13 @@ def read_prompt(body: dict, vocab_size: int):
     if isinstance(prompt, str) and prompt:
         return prompt
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        bad = [t for t in prompt if not 0 <= t < vocab_size]
-        if bad:
-            raise APIError(400, f"prompt token id {bad[0]} is outside the vocabulary (0 .. {vocab_size - 1})",
-                           "prompt")
-        return prompt
+        return read_ids(prompt, vocab_size, "prompt")
     raise APIError(400, "prompt must be a non-empty string or a non-empty list of token ids (one prompt)", "prompt")
+
+
+def read_ids(ids: list, vocab_size: int, field: str) -> list:
+    """A list of JSON integers as token ids (`check_ids`), or a 400 naming `field`."""
+    try:
+        return check_ids(ids, vocab_size)
+    except TensorfoldError as e:
+        raise APIError(400, f"{field}: {e}", field) from None

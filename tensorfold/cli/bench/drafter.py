@@ -18,7 +18,7 @@ import numpy as np
 PROMPTS = ("ROMEO:\n", "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n",
            "KING HENRY:\nOnce more unto the breach, dear friends, once more;\n",
            "HAMLET:\nTo be, or not to be, that is the question:\n")
-SAMPLINGS = {"greedy": dict(temperature=0.0), "T=0.8": dict(temperature=0.8, seed=7)}
+SAMPLINGS = {"greedy": {"temperature": 0.0}, "T=0.8": {"temperature": 0.8, "seed": 7}}
 
 
 def token_sha256(ids) -> str:
@@ -47,9 +47,8 @@ def decode(model, drafter, prompts, tokens: int, sampling: dict) -> dict:
 def run(args) -> int:
     import tensorfold
     from tensorfold.drafters import Drafter, make_drafter
-    from tensorfold.models import default_model
 
-    model = tensorfold.load(args.model or default_model(), backend=args.backend)
+    model = tensorfold.load(args.model, backend=args.backend)
     name = args.drafter or os.path.join(model.path, "drafter")
     modes = {"none": Drafter(), "chain": make_drafter(name, model, "chain"), "tree": make_drafter(name, model, "tree")}
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:args.prompts]]

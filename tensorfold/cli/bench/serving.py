@@ -1,6 +1,6 @@
 """`tensorfold bench openai|concurrent|cache`: measure a running tensorfold-serve and check its exactness from the
 outside, by the `token_sha256` every choice carries. (`tensorfold bench decode|prefill|all` measure the engine in
-this process: bench_local.py.)
+this process: local.py.)
 
 * `openai`: one stream at a time, a code-like and a chat prompt, greedy and T=1; median decode tok/s.
 * `concurrent --levels 1,4,16`: N clients at once; every reply must equal the same request sent alone and sent
@@ -12,25 +12,40 @@ import json
 import statistics
 import sys
 import time
+import urllib.error
+import urllib.request
 
-import httpx
+from tensorfold.errors import TensorfoldError
 
 CODE_PROMPT = "def fibonacci(n):\n    " + "\n    ".join(f"# step {i}: add the two previous numbers" for i in range(8))
 CHAT_PROMPT = "Tell me of the king, his court, and the quarrel between his sons."
 
 
 class Client:
+    """A server's routes, over the standard library's HTTP client (an error status raises urllib's HTTPError)."""
+
     def __init__(self, url: str, api_key: str | None, timeout: float = 600.0):
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
-        self.model = self.http.get("/v1/models").json()["data"][0]["id"]
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.headers = {"content-type": "application/json"}
+        if api_key:
+            self.headers["authorization"] = f"Bearer {api_key}"
+        try:
+            with self.open("/v1/models") as reply:
+                self.model = json.load(reply)["data"][0]["id"]
+        except urllib.error.URLError as e:
+            raise TensorfoldError(f"no tensorfold-serve answers at {self.url}: {e.reason}") from None
+
+    def open(self, route: str, body: dict | None = None):
+        """The reply to a GET, or to a POST of `body` as JSON."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + route, data=data, headers=self.headers)
+        return urllib.request.urlopen(request, timeout=self.timeout)
 
     def chat(self, content: str, **fields) -> dict:
         body = {"model": self.model, "messages": [{"role": "user", "content": content}], **fields}
         started = time.perf_counter()
-        reply = self.http.post("/v1/chat/completions", json=body)
-        reply.raise_for_status()
-        data = reply.json()
+        with self.open("/v1/chat/completions", body) as reply:
+            data = json.load(reply)
         data["seconds"] = time.perf_counter() - started
         return data
 
@@ -39,9 +54,9 @@ class Client:
         body = {"model": self.model, "prompt": prompt, "stream": True, "stream_options": {"include_usage": True},
                 **fields}
         started, first, last, usage = time.perf_counter(), None, None, None
-        with self.http.stream("POST", "/v1/completions", json=body) as reply:
-            reply.raise_for_status()
-            for line in reply.iter_lines():
+        with self.open("/v1/completions", body) as reply:
+            for raw in reply:
+                line = raw.decode().rstrip("\r\n")
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
@@ -70,8 +85,11 @@ def bench_openai(client: Client, args) -> dict:
 
 def bench_concurrent(client: Client, args) -> dict:
     prompts = [f"{CHAT_PROMPT} ({i})" for i in range(max(args.levels))]
-    ask = lambda i, **kw: client.chat(prompts[i], max_tokens=args.max_tokens, temperature=args.temperature,  # noqa
-                                      seed=i, **kw)["choices"][0]["token_sha256"]
+
+    def ask(i, **fields):
+        reply = client.chat(prompts[i], max_tokens=args.max_tokens, temperature=args.temperature, seed=i, **fields)
+        return reply["choices"][0]["token_sha256"]
+
     alone = [ask(i) for i in range(max(args.levels))] if args.alone else None
     plain = [ask(i, draft=False) for i in range(max(args.levels))] if args.serial else None
     results = {}
@@ -83,7 +101,7 @@ def bench_concurrent(client: Client, args) -> dict:
         for future in futures:
             try:
                 together.append(future.result())
-            except Exception:
+            except Exception:  # noqa: BLE001 (a failed request is counted, not fatal)
                 together.append(None)
                 failed += 1
         unequal = sum(t is not None and ((alone and t != alone[i]) or (plain and t != plain[i]))

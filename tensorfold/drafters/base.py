@@ -1,0 +1,42 @@
+"""The drafter interface, and the drafter that proposes nothing."""
+
+
+class Drafter:
+    """The interface: propose up to `max_rows` tokens that may follow `tokens` (the stream's prompt and output; its
+    last token is the one sampled last, not yet run through the model).
+
+    A drafter that reads the model's hidden states (the block drafter) names the layers it needs in `taps`; the
+    engine then gives it, for every stream, a state of its own (`new_stream`) and, after each round, the outputs of
+    those layers at the rows the stream committed (`observe`). Drafters that read only tokens ignore both."""
+
+    name = "none"
+    taps: tuple = ()  # target layers whose outputs (the residual stream after the layer) the drafter reads
+
+    def new_stream(self):
+        """Per-stream drafter state, handed back to `observe` and the proposals (none here)."""
+
+    def observe(self, state, features: list, position: int) -> None:
+        """Rows the stream committed: `features[j]` holds layer taps[j]'s output [rows, hidden] at positions
+        position, position + 1, ..."""
+
+    def save(self, state):
+        """A host copy of a stream's state, kept with a prompt-cache snapshot: None (nothing to keep, as here), or an
+        object whose `nbytes` the cache counts against its budget."""
+
+    def restore(self, saved):
+        """A stream state from what `save` returned."""
+        return self.new_stream()
+
+    def stream_bytes(self, rows: int) -> int:
+        """Memory a stream's state takes when the stream holds `rows` rows."""
+        return 0
+
+    def propose(self, tokens: list, max_rows: int, state=None) -> list:
+        """A chain of guesses."""
+        return []
+
+    def propose_tree(self, tokens: list, max_rows: int, state=None) -> tuple:
+        """A tree of up to `max_rows` guesses: (tokens, parents), where parents[i] is the index of the guess that
+        guess i follows, or -1 for the stream's next token itself. The default is the chain `propose` gives."""
+        chain = self.propose(tokens, max_rows, state)
+        return chain, list(range(-1, len(chain) - 1))

@@ -1,0 +1,112 @@
+"""A round's rows: each stream's window (a chain or a tree of rows continuing its cache), the window's index maps,
+and the round's per-row integers on the backend.
+
+A window continues one stream: a prompt chunk, one decode row, a drafted chain, or a drafted tree. Its index maps
+(tensorfold/numerics/paths.py) tell each row which rows are its ancestors, so the conv, the DeltaNet scan and
+attention run every row of a window, chain or tree, in one launch.
+"""
+import dataclasses
+import functools
+import weakref
+
+import numpy as np
+
+from tensorfold.model.cache import StreamState
+from tensorfold.numerics import paths  # defines: chain, depths, path_slots, conv_taps (host NumPy, no numba)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowMaps:
+    """A window's index maps on the backend: with them the conv, the DeltaNet scan and attention each run every row of
+    the window, chain or tree, in one launch."""
+    depths: object  # [rows] int32: each row's ancestors in the window
+    path_slots: object  # [rows, deepest + 1] int32: row r's ancestors' slots, root first, then r
+    conv_taps: object  # [rows, K] int32: row r's conv window, as rows of [conv tail; window inputs]
+
+
+_CHAIN_MAPS = weakref.WeakKeyDictionary()  # backend -> {rows: RowMaps}: a chain's maps depend only on its length
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundInputs:
+    """The per-row integers of a round, on the backend, uploaded once: each row's token id, its position (its
+    stream's length + its depth), the keys it reads (position + 1), and the cache row its key and value go to (its
+    stream's length + its slot in the window). A recorded decode round (replay.py) reads them from a buffer that
+    is rewritten before each replay."""
+    ids: object
+    positions: object
+    n_keys: object
+    write_at: object
+    recorded: bool = False  # the attention's chunks cover each stream's whole cache (key counts change per replay)
+
+    @staticmethod
+    def table(windows) -> np.ndarray:
+        """[4, rows] int32 on the host: ids, positions, n_keys and write_at, window after window. (Built from
+        Python lists: a decode round's windows are one row each, and NumPy calls a window cost more than its rows.)"""
+        ids = [token for win in windows for token in win.ids]
+        positions = [position for win in windows for position in win.positions]
+        write_at = [win.state.length + slot for win in windows for slot in range(len(win.ids))]
+        return np.array([ids, positions, [p + 1 for p in positions], write_at], np.int32)
+
+    @classmethod
+    def on(cls, ops, table, recorded=False) -> "RoundInputs":
+        """The inputs over a [4, rows] table on the backend (uploaded if it is a host array)."""
+        table = ops.upload(table) if isinstance(table, np.ndarray) else table
+        return cls(table[0], table[1], table[2], table[3], recorded)
+
+
+@dataclasses.dataclass
+class Window:
+    """One stream's rows in a round: `ids` continue `state`; logits for "all" rows or the "last".
+
+    Without `parents` the rows are a chain (row r follows row r - 1). With them they are a tree: `parents[r]` is the
+    row that row r follows (-1 for row 0, the root, which follows the stream), always an earlier row. A row sits at
+    position length + its depth, and sees the stream and its own ancestors, never its siblings."""
+    state: StreamState
+    ids: list
+    logits_for: str = "all"
+    parents: list | None = None
+    features: list | None = None  # after a forward with taps: each tapped layer's output at the window's rows
+
+    @property
+    def parent_rows(self) -> list:
+        """`parents`, or a chain's."""
+        return paths.chain(len(self.ids)) if self.parents is None else self.parents
+
+    @property
+    def depths(self) -> list:
+        if self.parents is None:  # a chain: row r at depth r
+            return list(range(len(self.ids)))
+        for r, parent in enumerate(self.parent_rows):
+            assert (r == 0) == (parent == -1) and parent < r, f"row {r}: parent {parent} must be an earlier row"
+        return paths.depths(self.parent_rows).tolist()
+
+    @property
+    def positions(self) -> list:
+        """Each row's position: its stream's committed length plus its depth."""
+        return [self.state.length + depth for depth in self.depths]
+
+    @functools.cached_property
+    def maps(self) -> RowMaps:
+        """The index maps, built and uploaded once a round (they do not depend on the stream's length); a chain's
+        once per backend and length."""
+        if self.parents is None:
+            chains = _CHAIN_MAPS.setdefault(self.state.ops, {})
+            if len(self.ids) not in chains:
+                chains[len(self.ids)] = self._build_maps()
+            return chains[len(self.ids)]
+        return self._build_maps()
+
+    def _build_maps(self) -> RowMaps:
+        parents, ops = self.parent_rows, self.state.ops
+        width = self.state.config.linear_conv_kernel_dim
+        return RowMaps(ops.upload(paths.depths(parents)), ops.upload(paths.path_slots(parents)),
+                       ops.upload(paths.conv_taps(parents, width)))
+
+    def ancestors(self, r: int) -> list:
+        """Row r's ancestors in the window, nearest first."""
+        chain = []
+        while self.parent_rows[r] >= 0:
+            r = self.parent_rows[r]
+            chain.append(r)
+        return chain
