@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,10 +90,11 @@ def test_per_module_override(tmp_path, tiny_mlx4):
     rewrite(tiny_mlx4, folder, change)
     with pytest.raises(CheckpointError, match="layers.0.mlp.down_proj.weight"):
         tensorfold.load(folder, backend="numpy")  # the config still says 4 bits: the shape disagrees
-    config = json.load(open(os.path.join(folder, "config.json")))
+    config_path = Path(folder, "config.json")
+    config = json.loads(config_path.read_text())
     for key in ("quantization", "quantization_config"):
         config[key]["language_model.model.layers.0.mlp.down_proj"] = {"bits": 8, "group_size": 64}
-    json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    config_path.write_text(json.dumps(config))
     loaded = tensorfold.load(folder, backend="numpy").net.weights["layers.0.mlp.down_proj.weight"]
     assert loaded.bits == 8 and np.abs(loaded.dense() - down).max() < np.abs(down).max() / 50
 
@@ -113,10 +115,11 @@ def test_composite_layout_sharded_with_vision_and_mtp(tmp_path, tiny_hf):
     for file, part in shards.items():
         write_file(folder / file, {n: tensors[n] for n in part})
     index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
-    json.dump(index, open(folder / "model.safetensors.index.json", "w"))
-    text = json.load(open(folder / "config.json"))
-    json.dump({"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": text,
-               "tie_word_embeddings": False}, open(folder / "config.json", "w"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    text = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": text,
+        "tie_word_embeddings": False}))
     ours = tensorfold.load(str(folder), backend="numpy")
     flat = tensorfold.load(tiny_hf, backend="numpy")
     ids = ids_for(flat)
@@ -187,9 +190,10 @@ def test_broken_checkpoint_names_the_tensor(tmp_path, tiny_hf, case):
 def test_quantized_weight_without_quantization_config(tmp_path, tiny_mlx4):
     folder = str(tmp_path / "q")
     shutil.copytree(tiny_mlx4, folder)
-    config = json.load(open(os.path.join(folder, "config.json")))
+    config_path = Path(folder, "config.json")
+    config = json.loads(config_path.read_text())
     del config["quantization"], config["quantization_config"]
-    json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    config_path.write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="quantized but config.json has no quantization"):
         tensorfold.load(folder, backend="numpy")
 
@@ -198,9 +202,8 @@ def test_quantized_weight_without_quantization_config(tmp_path, tiny_mlx4):
 def test_truncated_file(tmp_path, tiny_hf, cut):
     folder = str(tmp_path / "cut")
     shutil.copytree(tiny_hf, folder)
-    path = os.path.join(folder, "model.safetensors")
-    data = open(path, "rb").read()
-    open(path, "wb").write(data[:cut] if cut > 0 else data[:cut])
+    path = Path(folder, "model.safetensors")
+    path.write_bytes(path.read_bytes()[:cut])
     with pytest.raises(CheckpointError, match="truncated|not a safetensors file"):
         tensorfold.load(folder, backend="numpy")
 
@@ -210,8 +213,7 @@ def test_truncated_file_names_the_tensor(tmp_path, tiny_hf):
     shutil.copytree(tiny_hf, folder)
     path = os.path.join(folder, "model.safetensors")
     last = max(read_header(path).values(), key=lambda info: info.end)
-    data = open(path, "rb").read()
-    open(path, "wb").write(data[:-10])
+    Path(path).write_bytes(Path(path).read_bytes()[:-10])
     with pytest.raises(CheckpointError, match=f"tensor {last.name} .*truncated"):
         stored_tensors(folder)
 

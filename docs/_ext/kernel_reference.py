@@ -8,6 +8,7 @@
 Both read `tensorfold.contract.registry()`, the list `tensorfold contract` runs.
 """
 import sys
+import types
 
 from docutils import nodes
 from docutils.statemachine import StringList
@@ -30,12 +31,15 @@ def qualified_name(obj) -> tuple:
     """(module-qualified name, what it is) of a kernel or of a function that builds kernels.
 
     A numba dispatcher, or the cached launch that wraps one, carries the Python function it compiled as `py_func`;
-    anything else named in a check's `kernels` is a plain function, a factory that builds a kernel per shape or
-    format."""
+    anything else named in a check's `kernels` is a plain function: a factory that builds a kernel per shape or
+    format (it defines them inside it), or, under numba's CUDA simulator, a device function emulated on the host."""
     function = getattr(obj, "py_func", None)
     kind = "kernel"
-    if function is None:
-        function, kind = obj, "builds the kernels"
+    if function is None:  # a factory defines the kernels it builds; a device function emulated on the host does not
+        function = obj
+        code = getattr(function, "__code__", None)
+        if code is not None and any(isinstance(c, types.CodeType) for c in code.co_consts):
+            kind = "factory"
     module = getattr(function, "__module__", None) or ""
     name = getattr(function, "__qualname__", None) or getattr(function, "__name__", None) or repr(function)
     return (f"{module}.{name}" if module else name), kind
@@ -54,19 +58,23 @@ class KernelContractDirective(SphinxDirective):
 
         lines = []
         for check in checks():
-            module = check.launch.__module__
+            kernels = [qualified_name(k) for k in getattr(check, "kernels", ()) or ()]
+            cases_module = check.launch.__module__
+            family = list(dict.fromkeys(name.rsplit(".", 1)[0] for name, _ in kernels)) or [cases_module]
             title = f"``{check.name}``"
             lines += [title, "~" * len(title), ""]
-            doc = (sys.modules[module].__doc__ or "").strip()
+            doc = (sys.modules[family[0]].__doc__ or "").strip() if family[0] in sys.modules else ""
             if doc:
                 lines += [doc.split("\n\n")[0].replace("\n", " "), ""]
-            lines.append(f"* file: ``{module.replace('.', '/')}.py`` (twin and kernel side by side)")
-            kernels = [qualified_name(k) for k in getattr(check, "kernels", ()) or ()]
+            files = ", ".join(f"``{module.replace('.', '/')}.py``" for module in family)
+            lines.append(f"* file{'s' if len(family) > 1 else ''}: {files} (twin and kernel side by side)")
             if kernels:
                 named = ", ".join(f"``{name}``" + ("" if kind == "kernel" else f" ({kind})") for name, kind in kernels)
                 lines.append(f"* kernel{'s' if len(kernels) > 1 else ''}: {named}")
             if public(check.twin):
                 lines.append(f"* twin: ``{check.twin.__module__}.{check.twin.__qualname__}``")
+            if cases_module not in family:
+                lines.append(f"* cases and controls: ``{cases_module.replace('.', '/')}.py``")
             labels = [label for label, _ in check.cases("sim", np.random.default_rng(0))]
             lines.append("* simulator shapes: " + ", ".join(f"``{label}``" for label in labels))
             lines.append("* planted controls: " + (", ".join(check.controls) or "none"))

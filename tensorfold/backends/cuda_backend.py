@@ -13,12 +13,13 @@ from tensorfold.cuda import attention, conv, deltanet, elementwise, gemv, sampli
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
+from tensorfold.cuda import weights as stored  # the embedding kernels: weights read as stored
 from tensorfold.device import SIMULATED, graphs
 from tensorfold.errors import BackendError
 
 
 class CudaBackend:
-    """The kernels, launched on one stream over numba device arrays."""
+    """The kernels, launched on one stream over numba device arrays (ops.Ops, and ops.DeviceOps for recordings)."""
 
     name = "cuda"
     can_record = True  # on a GPU by stream capture, in the simulator as a list of launches (device/graphs.py)
@@ -121,11 +122,12 @@ class CudaBackend:
         return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, **options)
 
     def embed(self, ids, weight):
-        kernels = {"f32": gemv.embed_f32_kernel, "bf16": gemv.embed_bf16_kernel, "affine": gemv.embed_affine_kernel}
+        kernels = {"f32": stored.embed_f32_kernel, "bf16": stored.embed_bf16_kernel,
+                   "affine": stored.embed_affine_kernel}
         args = (weight.data,) if weight.kind != "affine" else (weight.data, weight.scales, weight.biases,
                                                                 weight.bits, weight.group_size)
-        return gemv.launch_embed(kernels[weight.kind], self._device(as_int32(ids)), weight.in_features,
-                                 *args, stream=self.stream)
+        return stored.launch_embed(kernels[weight.kind], self._device(as_int32(ids)), weight.in_features,
+                                   *args, stream=self.stream)
 
     def rmsnorm(self, x, multiplier, eps):
         return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream)

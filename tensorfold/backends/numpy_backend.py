@@ -21,7 +21,7 @@ def grown_rows(current: int, needed: int, limit: int | None) -> int:
 
 
 class NumpyBackend:
-    """The NumPy twins, one method per kernel family."""
+    """The NumPy twins, one method per kernel family (the operations of ops.Ops)."""
 
     name = "numpy"
     can_record = False  # its work runs as it is called: there is no stream to record

@@ -18,18 +18,27 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import fma_rn
+from tensorfold.device import SIMULATED
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
 CHUNK = 8  # columns the GEMV takes at a time: one uint32 of 4-bit codes, two of 8-bit, 16 bytes of bf16
 
 
-@cuda.jit(device=True)
-def f32_from_bits(bits):
-    """The float32 with these 32 bits (uint32): exact, and the same in the simulator (no bit-cast needed)."""
-    word = cuda.local.array(1, np.uint32)
-    word[0] = bits
-    return word.view(np.float32)[0]
+if SIMULATED:  # the GEMV's kernels (gemv.py) call this once per pair of x values, from another file: see below
+    def f32_from_bits(bits):
+        """The float32 with these 32 bits (uint32); here, NumPy's view of the scalar. A plain function: the
+        simulator runs a device function with its file's `cuda` swapped for the kernel's, unlocked, one call at a
+        time, and a call from another file's kernel that returns puts the real module back while other threads
+        still run the function: a `cuda.local` read then fails in them."""
+        return np.uint32(bits).view(np.float32)
+else:
+    @cuda.jit(device=True)
+    def f32_from_bits(bits):
+        """The float32 with these 32 bits (uint32): exact, through a one-element local array (no bit-cast)."""
+        word = cuda.local.array(1, np.uint32)
+        word[0] = bits
+        return word.view(np.float32)[0]
 
 
 @cuda.jit(device=True)

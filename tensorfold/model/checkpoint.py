@@ -117,12 +117,12 @@ def resolve(model: str, progress: bool = True) -> str:
     patterns = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
     try:
         return snapshot_download(model, allow_patterns=patterns, local_files_only=True)
-    except Exception:
-        pass  # not cached: download it
+    except Exception:  # noqa: BLE001, S110 (the hub fails in many ways here, and each means: not cached)
+        pass
     (enable_progress_bars if progress else disable_progress_bars)()
     try:
         return snapshot_download(model, allow_patterns=patterns)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (whatever failed, the message names it)
         raise CheckpointError(f"model {model!r}: cannot download from the hub ({type(e).__name__}: {e})") from None
 
 
@@ -223,11 +223,11 @@ def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> di
             raise CheckpointError(f"tensor {name}: stored twice under different prefixes")
         found[canonical] = info
     quantized_parts = {n for n in found if n.endswith((".scales", ".biases"))}
-    for name in found:
+    for name, info in found.items():
         if name not in shapes and name not in quantized_parts:
-            raise CheckpointError(f"unexpected tensor {found[name].name}: not part of this model's config")
+            raise CheckpointError(f"unexpected tensor {info.name}: not part of this model's config")
         if name in quantized_parts and name.rsplit(".", 1)[0] + ".weight" not in shapes:
-            raise CheckpointError(f"unexpected tensor {found[name].name}: not part of this model's config")
+            raise CheckpointError(f"unexpected tensor {info.name}: not part of this model's config")
     for name in shapes:
         if name not in found:
             raise CheckpointError(f"missing tensor {name} (expected shape {list(shapes[name])})")
@@ -258,8 +258,8 @@ def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> di
         weights[name] = _float(info)
     if mlx_layout is None:  # no DeltaNet layer to tell: MLX files are the quantized or language_model.-named ones
         mlx_layout = config.quantization is not None or any(n.startswith("language_model.") for n in stored)
-    for name in weights:
-        if name == "norm.weight" or name.endswith(CENTRED_NORMS):
-            if not mlx_layout:  # MLX files already hold 1 + w
-                weights[name] = (np.float32(1.0) + weights[name]).astype(np.float32)
+    if not mlx_layout:  # MLX files already hold 1 + w
+        for name, value in weights.items():
+            if name == "norm.weight" or name.endswith(CENTRED_NORMS):
+                weights[name] = (np.float32(1.0) + value).astype(np.float32)
     return weights

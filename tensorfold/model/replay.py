@@ -3,7 +3,8 @@
 A *decode round* is one in which every stream's window is its one decode row: no prompt chunk, no drafted row. With
 the same streams, two decode rounds launch the same kernels on the same buffers; only a few integers differ (each
 row's token id, position, key count and cache row), and the work after the forward is always the same keep of
-one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a recording (tensorfold/device/graphs.py):
+one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a recording
+(tensorfold/device/graphs.py):
 
 1. Each stream lands its pending DeltaNet rows, puts its state and conv tail back in its own buffers (`settle`),
    and grows its key/value buffers when the next row would not fit, by HEADROOM rows at least: eager work, done
@@ -58,7 +59,7 @@ class Recorded:
 
 
 class DecodeGraphs:
-    """Recorded decode rounds of one model (on a backend that can record them), keyed by their streams' cache buffers."""
+    """Recorded decode rounds of one model (on a backend that `can_record`), keyed by their streams' cache buffers."""
 
     def __init__(self, net, capacity: int = 4):
         self.net, self.capacity = net, capacity

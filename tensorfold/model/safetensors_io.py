@@ -24,7 +24,7 @@ MAX_NAME_CHARS = 1024  # a tensor name must print on one line of an error messag
 class TensorInfo:
     """Where one tensor lives: its file, dtype name, shape and absolute byte range."""
 
-    __slots__ = ("name", "path", "dtype", "shape", "begin", "end")
+    __slots__ = ("begin", "dtype", "end", "name", "path", "shape")
 
     def __init__(self, name, path, dtype, shape, begin, end):
         self.name, self.path, self.dtype, self.shape, self.begin, self.end = name, path, dtype, tuple(shape), begin, end
