@@ -231,7 +231,7 @@ def lanes_model(request, lanes_backend, on_gpu, tmp_path_factory):
         return tensorfold.load(request.getfixturevalue("tiny_hf"), backend="numpy")
     folder = str(tmp_path_factory.mktemp("lanes"))
     if on_gpu:  # random 4-bit codes drawn packed: seconds, where quantizing 0.8B float weights takes a minute
-        from tensorfold.cli.bench.local import write_random_mlx4
+        from tensorfold.cli.bench.checkpoint import write_random_mlx4
         from tensorfold.model.presets import preset
         write_random_mlx4(folder, preset("0.8B"), seed=1)
     else:
