@@ -1,0 +1,91 @@
+"""PTX instructions that numba does not emit, reached through inline assembly, each with a form for the simulator.
+
+* `mma_s8u8`: one warp's tensor-core multiply-add `mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32`,
+  D = A @ B + C with A [16, 32] signed bytes, B [32, 8] unsigned bytes and C, D [16, 8] int32. Every lane holds a
+  piece of each (PTX ISA, "Matrix Fragments for mma.m16n8k32"), with g = lane >> 2 and t = lane % 4:
+  A register i (4 bytes, the lowest first) holds row g + 8 * (i & 1), columns 4t + 16 * (i >> 1) + 0..3;
+  B register j holds column g, rows 4t + 16j + 0..3; accumulator i holds row g + 8 * (i >> 1), column 2t + (i & 1).
+  The sums are exact integers (int32 wraps only past 2^31, which no caller reaches).
+* `load16`: four uint32 words of a global array in one 16-byte load (`ld.global.nc.v4.u32`, the read-only
+  path); the index is a word index, a multiple of 4 (the address must be 16-byte aligned). numba reads an array
+  element by element, at most 8 bytes a load.
+
+A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
+cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
+words, and `mma_s8u8` has every lane put its registers in the block's shared memory (a slot a lane), waits at a
+barrier, computes its own four accumulators from the whole warp's registers, and waits again before the slots
+can be reused. All 32 lanes of a warp must call it together, as on the GPU.
+"""
+import numpy as np
+from numba import cuda
+
+from tensorfold.device import SIMULATED
+
+MAX_WARPS = 8  # warps a block of a kernel that calls mma_s8u8 under the simulator may have (its shared slots)
+
+if not SIMULATED:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def mma_s8u8(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A @ B + C on the tensor cores: (d0, d1, d2, d3), the lane's accumulators (see the docstring)."""
+        sig = types.UniTuple(types.int32, 4)(*([types.uint32] * 6 + [types.int32] * 4))
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32] * 10),
+                               "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {$0,$1,$2,$3}, {$4,$5,$6,$7}, "
+                               "{$8,$9}, {$10,$11,$12,$13};", "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r")
+            out = builder.call(asm, list(args))
+            return context.make_tuple(builder, signature.return_type, [builder.extract_value(out, i) for i in range(4)])
+
+        return sig, codegen
+
+    @intrinsic
+    def load16(typingctx, array, index):
+        """(w0, w1, w2, w3) = array[index:index + 4] of a uint32 array, one 16-byte load (index a multiple of 4)."""
+        sig = types.UniTuple(types.uint32, 4)(array, types.uint64)
+
+        def codegen(context, builder, signature, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+            address = builder.add(builder.ptrtoint(data, i64), builder.mul(args[1], ir.Constant(i64, 4)))
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 4), [i64]),
+                               "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l")
+            out = builder.call(asm, [address])
+            return context.make_tuple(builder, signature.return_type, [builder.extract_value(out, i) for i in range(4)])
+
+        return sig, codegen
+else:
+    @cuda.jit(device=True)
+    def byte_of(word, i, signed):
+        """Byte i (0: the lowest) of a 32-bit word, as a signed or an unsigned 8-bit integer."""
+        value = (int(word) >> (8 * i)) & 255
+        return value - 256 if signed and value > 127 else value
+
+    @cuda.jit(device=True)
+    def mma_s8u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """The simulator's form: the warp's registers exchanged through shared memory (see the docstring)."""
+        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
+        slots = cuda.shared.array((MAX_WARPS, 32, 6), np.uint32)
+        for i, word in enumerate((a0, a1, a2, a3, b0, b1)):
+            slots[warp, lane, i] = np.uint32(word)
+        cuda.syncthreads()
+        g, t = lane >> 2, lane % 4
+        sums = [int(c0), int(c1), int(c2), int(c3)]
+        for i in range(4):
+            row, column = g + 8 * (i >> 1), 2 * t + (i & 1)
+            for k in range(32):
+                a = slots[warp, (row % 8) * 4 + (k % 16) // 4, (row // 8) + 2 * (k // 16)]  # A[row, k]
+                b = slots[warp, column * 4 + (k % 16) // 4, 4 + k // 16]  # B[k, column]
+                sums[i] += byte_of(a, k % 4, True) * byte_of(b, k % 4, False)
+        cuda.syncthreads()  # every lane has read the slots before any lane writes its next registers
+        return np.int32(sums[0]), np.int32(sums[1]), np.int32(sums[2]), np.int32(sums[3])
+
+    @cuda.jit(device=True)
+    def load16(array, index):
+        """The simulator's form: the four words, read one by one."""
+        i = int(index)
+        return np.uint32(array[i]), np.uint32(array[i + 1]), np.uint32(array[i + 2]), np.uint32(array[i + 3])

@@ -1,0 +1,98 @@
+"""The PTX intrinsics (tensorfold/cuda/ptx.py) against NumPy: the tensor-core tile, fragment layout included, and the
+16-byte load. Under the simulator these check the Python forms the kernels run in CI; under --gpu the hardware."""
+import numpy as np
+from numba import cuda
+
+from tensorfold.cuda.ptx import load16, mma_s8u8
+
+
+@cuda.jit
+def tile_kernel(a, b, c, order, d):
+    lane = cuda.threadIdx.x
+    out = mma_s8u8(a[lane, order[0]], a[lane, order[1]], a[lane, order[2]], a[lane, order[3]], b[lane, 0],
+                   b[lane, 1], c[lane, 0], c[lane, 1], c[lane, 2], c[lane, 3])
+    for i in range(4):
+        d[lane, i] = out[i]
+
+
+@cuda.jit
+def load_kernel(words, starts, out):
+    i = cuda.grid(1)
+    if i < starts.shape[0]:
+        got = load16(words, np.uint64(starts[i]))
+        for w in range(4):
+            out[i, w] = got[w]
+
+
+def word(values):
+    """Four 8-bit values as one uint32, the first in the lowest byte."""
+    b = np.asarray(values).astype(np.int64) & 255
+    return np.uint32(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24)
+
+
+def fragments(a, b, c):
+    """The lanes' registers for A [16, 32], B [32, 8] and C [16, 8] in the layout of the PTX ISA."""
+    fa, fb, fc = np.zeros((32, 4), np.uint32), np.zeros((32, 2), np.uint32), np.zeros((32, 4), np.int32)
+    for lane in range(32):
+        g, t = lane >> 2, lane % 4
+        for i in range(4):
+            k = 4 * t + 16 * (i >> 1)
+            fa[lane, i] = word(a[g + 8 * (i & 1), k:k + 4])
+            fc[lane, i] = c[g + 8 * (i >> 1), 2 * t + (i & 1)]
+        for j in range(2):
+            fb[lane, j] = word(b[4 * t + 16 * j:4 * t + 16 * j + 4, g])
+    return fa, fb, fc
+
+
+def tile(d):
+    """The [16, 8] result from the lanes' accumulators."""
+    out = np.zeros((16, 8), np.int64)
+    for lane in range(32):
+        g, t = lane >> 2, lane % 4
+        for i in range(4):
+            out[g + 8 * (i >> 1), 2 * t + (i & 1)] = d[lane, i]
+    return out
+
+
+def run_tile(a, b, c, order=(0, 1, 2, 3)):
+    fa, fb, fc = fragments(a, b, c)
+    d = cuda.to_device(np.zeros((32, 4), np.int32))
+    tile_kernel[1, 32](cuda.to_device(fa), cuda.to_device(fb), cuda.to_device(fc),
+                       cuda.to_device(np.array(order, np.int32)), d)
+    return tile(d.copy_to_host())
+
+
+def test_mma_equals_the_integer_product():
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (16, 32))
+    b = rng.integers(0, 256, (32, 8))
+    c = rng.integers(-2**20, 2**20, (16, 8))
+    assert np.array_equal(run_tile(a, b, c), a @ b + c)
+
+
+def test_mma_extremes():
+    """Every byte at its extreme: -128 against 255 (the sign of A and the unsigned B both matter)."""
+    a = np.full((16, 32), -128)
+    a[::2] = 127
+    b = np.full((32, 8), 255)
+    b[:, 1] = 0
+    c = np.zeros((16, 8), np.int64)
+    assert np.array_equal(run_tile(a, b, c), a @ b)
+
+
+def test_control_a_mislaid_register_fails():
+    """Planted: A registers 1 and 2 passed in each other's place."""
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(-128, 128, (16, 32)), rng.integers(0, 256, (32, 8))
+    c = np.zeros((16, 8), np.int64)
+    assert not np.array_equal(run_tile(a, b, c, order=(0, 2, 1, 3)), a @ b)
+
+
+def test_load16_equals_the_words():
+    rng = np.random.default_rng(2)
+    words = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    starts = np.array([0, 4, 32, 60], np.int64)
+    out = cuda.to_device(np.zeros((4, 4), np.uint32))
+    load_kernel[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
+    assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + 4] for s in starts]))
+    assert not np.array_equal(out.copy_to_host()[1], words[5:9]), "control: the next words differ"
