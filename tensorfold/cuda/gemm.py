@@ -1,0 +1,351 @@
+"""GEMM over rows of x with MLX affine 4- and 8-bit weights, in exact integers: y[r, o] = sum_k W[o, k] * x[r, k].
+
+The arithmetic. An affine weight is w[o, k] = s[o, g] * q[o, k] + b[o, g], with q a 4- or 8-bit code and one scale
+s and bias b per group g of `group_size` columns. x is made integer per row and group, from the row's own values:
+
+    e[r, g] = the frexp exponent of max_{k in g} |x[r, k]|     (a group of zeros: X = 0 whatever e is)
+    X[r, k] = floor(x[r, k] * 2^(P - e) + 0.5)                 in float64, exact; |X| <= 2^P, P = 22
+    X = d0 + 256 d1 + 65536 d2,  d0, d1, d2 in [-128, 127]      (balanced base 256: three signed bytes)
+
+P = 22 is the largest that three signed digits hold: X can round up to 2^P, and 127 * (1 + 256 + 65536) < 2^23.
+Then, per group, in exact integers and then in float64 in an order fixed by K alone:
+
+    D_l[r, o, g] = sum_{k in g} q[o, k] * d_l[r, k]              int32, exact in any order (the tensor cores)
+    D = D0 + 256 D1 + 65536 D2,  S[r, g] = sum_{k in g} X[r, k]   exact (below 2^53)
+    t = s[o, g] * D + b[o, g] * S                                 both products exact in float64, one rounding
+    acc += t * 2^(e[r, g] - P)   for g = 0, 1, 2, ...            float64;  y[r, o] = float32(acc)
+
+Every product is exact, so the multiply-add fusion NVVM applies cannot change a bit, and a row's result depends on
+that row alone: a prompt's rows equal one-row steps. The only approximation is X's rounding, at most 2^-(P+1) of
+the group's largest |x| an element.
+
+The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued float64 arrays (exact: every partial
+sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the groups.
+
+The kernels: `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, the function the twin calls too);
+`gemm_kernel` multiplies with `mma_s8u8` (ptx.py). A warp's tile is 8 outputs (the mma's columns) by the rows of
+8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows g + 8 * rho, and gets back
+outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in the lane. The mma's 16 A
+rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu + xi. A step is
+one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers, `w & 0x0F0F0F0F` and
+`(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
+(`digit_position`: an integer sum does not care which column comes first, only that A and B agree). When a step's
+columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A row of their own
+(zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once whatever their
+count; a prompt chunk takes 4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B
+register. The gated form (gate rows, then up rows) pairs each tile of gates with its tile of ups in one warp and
+writes SiLU(gate) * up; stacked projections write each part whole (`output_index`).
+"""
+import functools
+import math
+
+import numpy as np
+from numba import cuda
+
+from tensorfold.cuda.fmath import silu32
+from tensorfold.cuda.gemv import PARTS, output_index
+from tensorfold.cuda.ptx import load16, mma_s8u8
+from tensorfold.device.grid import blocks_for, flat
+from tensorfold.device.launch import kernel
+
+P = 22  # bits of x's fixed point below its group's exponent
+LIMBS = 3  # signed base-256 digits of X
+TILE_ELEMENTS = 1 << 21  # the twin's D for a tile of outputs holds about this many values
+
+
+@cuda.jit(device=True)
+def fixed_point(x, scale):
+    """(X, d0, d1, d2) for x scaled by `scale` = 2^(P - e): X = floor(x * scale + 0.5), exact in float64, and its
+    balanced base-256 digits. Casts and arithmetic only, so the twin runs it on arrays (`fixed_point.py_func`)."""
+    v = np.float64(x) * scale + 0.5
+    whole = np.int64(v)  # toward zero; one less below zero where v is not whole: floor
+    X = whole - np.int64(v < np.float64(whole))
+    d0 = ((X + 128) & 255) - 128
+    rest = (X - d0) >> 8
+    d1 = ((rest + 128) & 255) - 128
+    d2 = (rest - d1) >> 8
+    return X, d0, d1, d2
+
+
+def quantize_x(x, group_size):
+    """The twin's fixed point of x [rows, K]: X float64 [rows, K], e int32 [rows, groups], S float64 [rows, groups]."""
+    rows, columns = np.shape(x)
+    grouped = np.asarray(x, np.float32).reshape(rows, columns // group_size, group_size)
+    e = np.frexp(np.abs(grouped).max(axis=2))[1].astype(np.int32)
+    X = fixed_point.py_func(grouped, np.ldexp(1.0, P - e)[:, :, None])[0].astype(np.float64)
+    return X.reshape(rows, columns), e, X.sum(axis=2)
+
+
+def affine_codes(packed, bits):
+    """The codes of packed MLX words [out, K * bits / 32], float64 [out, K] (element 0 of a word in its low bits)."""
+    shifts = np.arange(32 // bits, dtype=np.uint32) * np.uint32(bits)
+    codes = (packed[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)
+    return codes.reshape(len(packed), -1).astype(np.float64)
+
+
+def gemm_affine(x, packed, scales, biases, bits, group_size):
+    """The twin: y float32 [rows, out] for x [rows, K] and an MLX affine weight (packed uint32 [out, K * bits / 32],
+    float32 scales and biases [out, K / group_size]), in the arithmetic of the module's docstring."""
+    rows, columns = np.shape(x)
+    out_features, groups = packed.shape[0], columns // group_size
+    X, e, S = quantize_x(x, group_size)
+    X_groups = X.reshape(rows, groups, group_size).transpose(1, 0, 2)  # [groups, rows, group_size]
+    power = np.ldexp(1.0, e - P)  # [rows, groups]: 2^(e - P), exact
+    y = np.empty((rows, out_features), np.float32)
+    tile = max(1, TILE_ELEMENTS // (groups * max(rows, group_size)))
+    for first in range(0, out_features, tile):
+        outs = slice(first, min(first + tile, out_features))
+        codes = affine_codes(packed[outs], bits).reshape(-1, groups, group_size).transpose(1, 2, 0)
+        D = np.matmul(X_groups, codes)  # [groups, rows, outputs]: exact integers
+        s, b = np.asarray(scales[outs], np.float64), np.asarray(biases[outs], np.float64)
+        acc = np.zeros((rows, codes.shape[2]))
+        for g in range(groups):  # the groups in increasing order, as the kernel adds them
+            t = s[None, :, g] * D[g] + b[None, :, g] * S[:, g, None]
+            acc = acc + t * power[:, g, None]
+        y[:, outs] = acc.astype(np.float32)
+    return y
+
+
+# --- the kernels (see the module's docstring) ---------------------------------------------------------------------
+
+WARPS = 4  # warps a block
+ROUND_ROWS = 16  # rows up to which a call takes the round kernel (one tile of rows, 16-byte loads)
+PROMPT_ROW_HALVES = 4  # the prompt kernel's tile: 32 rows a warp
+ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (a gate and its up, gated)
+PROMPT_TILES = 4  # and of the prompt kernel
+
+
+def step_shape(bits, words):
+    """(columns a step covers, mmas a step: a word of 4-bit codes is one mma's two B registers, 8-bit codes need
+    two words) for `words` words of codes a lane a step."""
+    return 4 * words * (32 // bits), words if bits == 4 else words // 2
+
+
+@cuda.jit(device=True)
+def digit_position(column, bits, words):
+    """Where a column's digit sits in a row of digits: step s, lane t's words (t * mmas + m) * 2 + j (the A register
+    of mma m that meets B register j), byte i; the column is the code that B register's byte i holds."""
+    span = 4 * words * (32 // bits)
+    s, c = column // span, column % span
+    if bits == 4:  # word w of the step holds columns 8 w ..; register j its codes j, j + 2, ..
+        w, i, j, mmas = c // 8, c % 8 // 2, c % 2, words
+        t, m = w // words, w % words
+    else:  # register j of mma m is word 2 m + j of the lane's
+        w, i, mmas = c // 4, c % 4, words // 2
+        t, m, j = w // words, w % words // 2, w % 2
+    return s * span + ((t * mmas + m) * 2 + j) * 4 + i
+
+
+@functools.cache
+def quantize_kernel(bits, words, group_size):
+    """Thread per (row, group) of the padded rows: e, S and the three rows of digits (laid out by `digit_position`
+    for steps of `words` words); rows past x's last are zero."""
+
+    @kernel
+    def quantize(x, digits, exponents, sums):
+        i = cuda.grid(1)
+        groups = exponents.shape[1]
+        row, group = i // groups, i % groups
+        if row < exponents.shape[0]:
+            live = row < x.shape[0]
+            largest = np.float32(0)
+            if live:
+                for k in range(group * group_size, (group + 1) * group_size):
+                    largest = max(largest, abs(x[row, k]))
+            e = math.frexp(np.float64(largest))[1]
+            scale = math.ldexp(1.0, P - e)
+            total = 0
+            for k in range(group * group_size, (group + 1) * group_size):
+                X, d0, d1, d2 = fixed_point(x[row, k] if live else np.float32(0), scale)
+                at = digit_position(k, bits, words)
+                digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
+                total += X
+            exponents[row, group], sums[row, group] = e, total
+
+    return quantize
+
+
+@functools.cache
+def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
+    """The GEMM kernel of a weight format (bits, group_size) for steps of `words` words of codes a lane, tiles of
+    8 * row_halves rows and `tiles` tiles of 8 outputs a warp (gated: tiles / 2 pairs of a gate tile, an up tile)."""
+    span, mmas = step_shape(bits, words)
+    assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
+    halves = max(1, span // group_size)  # groups a step covers: lane t holds group t * halves // 4
+    steps_a_group = max(1, group_size // span)
+    combos = LIMBS * halves * row_halves  # (row half rho, digit l, group h) = ((rho * LIMBS) + l) * halves + h
+    tile_mmas = -(-combos // 2)  # mmas a tile of outputs and a mma of the step
+    lane_words = 2 * mmas  # words of digits a lane reads a step, a digit row
+    accumulators = tiles * tile_mmas * 4
+    sixteen = lane_words % 4 == 0 and words % 4 == 0  # 16-byte loads of digits and of codes
+    low = np.uint32(0x0F0F0F0F)
+
+    @cuda.jit(device=True)
+    def a_word(a_words, c, j, m, mine):
+        """The A register of combination c (an mma's tile row) meeting B register j of mma m: the lane's word of
+        digit l of row half rho where c's group is the lane's own; zero elsewhere and past the last combination."""
+        if c >= combos or c % halves != mine:
+            return np.uint32(0)
+        q = c // halves % LIMBS * row_halves + c // halves // LIMBS  # the digit row (l, rho) of a_words
+        return a_words[q * lane_words + m * 2 + j]
+
+    @kernel
+    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, rows, out_features,
+             end1, end2, end3):
+        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
+        g, t = lane >> 2, lane % 4
+        first_row = cuda.blockIdx.y * 8 * row_halves
+        count = out_features // 2 if gated else out_features  # outputs written: pairs, gated
+        bases = cuda.local.array(tiles, np.int64)  # each tile's first output (of its half, gated)
+        weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
+        group_rows = cuda.local.array(tiles * 2, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
+        for n in range(tiles):
+            if gated:
+                bases[n] = ((cuda.blockIdx.x * WARPS + warp) * (tiles // 2) + n // 2) * 8
+            else:
+                bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
+            half = n % 2 * count if gated else 0
+            weight_rows[n] = np.uint64(min(bases[n] + g, count - 1) + half) * np.uint64(width)
+            for oo in range(2):
+                group_rows[n * 2 + oo] = np.uint64(min(bases[n] + 2 * t + oo, count - 1) + half) * np.uint64(groups)
+        digit_rows = cuda.local.array(LIMBS * row_halves, np.uint64)  # where lane's digits of (l, rho) start
+        for q in range(LIMBS * row_halves):
+            row = first_row + g + 8 * (q % row_halves)
+            digit_rows[q] = np.uint64((q // row_halves * rows_pad + row) * (columns // 4) + t * lane_words)
+        acc = cuda.local.array(accumulators, np.int32)
+        total = cuda.local.array(tiles * row_halves * 2, np.float64)
+        a_words = cuda.local.array(LIMBS * row_halves * lane_words, np.uint32)
+        b_words = cuda.local.array(tiles * words, np.uint32)
+        for i in range(accumulators):
+            acc[i] = 0
+        for i in range(tiles * row_halves * 2):
+            total[i] = 0.0
+        mine = t * halves // 4  # the group of the step this lane's columns are in
+        if bases[0] < count:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
+            for s in range(columns // span):
+                for n in range(tiles):  # the codes of output g, this lane's words of the step
+                    at = weight_rows[n] + np.uint64(s * 4 * words + t * words)
+                    if sixteen:
+                        for u4 in range(words // 4):
+                            got = load16(packed, at + np.uint64(4 * u4))
+                            for u in range(4):
+                                b_words[n * words + 4 * u4 + u] = got[u]
+                    else:
+                        for u in range(words):
+                            b_words[n * words + u] = packed[at + np.uint64(u)]
+                for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
+                    at = digit_rows[q] + np.uint64(s * span // 4)
+                    if sixteen:
+                        for u4 in range(lane_words // 4):
+                            got = load16(digits, at + np.uint64(4 * u4))
+                            for u in range(4):
+                                a_words[q * lane_words + 4 * u4 + u] = got[u]
+                    else:
+                        for u in range(lane_words):
+                            a_words[q * lane_words + u] = digits[at + np.uint64(u)]
+                for m in range(mmas):
+                    for n in range(tiles):
+                        if bits == 4:
+                            b0 = b_words[n * words + m] & low
+                            b1 = (b_words[n * words + m] >> np.uint32(4)) & low
+                        else:
+                            b0, b1 = b_words[n * words + 2 * m], b_words[n * words + 2 * m + 1]
+                        for mu in range(tile_mmas):
+                            a0 = a_word(a_words, 2 * mu, 0, m, mine)
+                            a1 = a_word(a_words, 2 * mu + 1, 0, m, mine)
+                            a2 = a_word(a_words, 2 * mu, 1, m, mine)
+                            a3 = a_word(a_words, 2 * mu + 1, 1, m, mine)
+                            at = (n * tile_mmas + mu) * 4
+                            d = mma_s8u8(a0, a1, a2, a3, b0, b1, acc[at], acc[at + 1], acc[at + 2], acc[at + 3])
+                            acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
+                if (s + 1) % steps_a_group == 0:  # the step ends its groups: add them to the totals, in order
+                    first_group = s * span // group_size
+                    for n in range(tiles):
+                        for rho in range(row_halves):
+                            row = np.uint64((first_row + g + 8 * rho) * groups)
+                            for h in range(halves):
+                                group = np.uint64(first_group + h)
+                                power = math.ldexp(1.0, int(exponents[row + group]) - P)
+                                S = np.float64(sums[row + group])
+                                for oo in range(2):
+                                    c = rho * LIMBS * halves + h  # digit 0's combination; digit l's l * halves on
+                                    d0 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
+                                    c += halves
+                                    d1 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
+                                    c += halves
+                                    d2 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
+                                    D = np.float64(d0) + 256.0 * np.float64(d1) + 65536.0 * np.float64(d2)
+                                    at = group_rows[n * 2 + oo] + group
+                                    value = np.float64(scales[at]) * D + np.float64(biases[at]) * S
+                                    total[(n * row_halves + rho) * 2 + oo] += value * power
+                    for i in range(accumulators):
+                        acc[i] = 0
+            for n in range(tiles // 2 if gated else tiles):
+                for rho in range(row_halves):
+                    row = first_row + g + 8 * rho
+                    for oo in range(2):
+                        o = bases[2 * n if gated else n] + 2 * t + oo
+                        if row < rows and o < count:
+                            if gated:  # tile 2n holds the gates, 2n + 1 their ups
+                                gate = np.float32(total[(2 * n * row_halves + rho) * 2 + oo])
+                                up = np.float32(total[((2 * n + 1) * row_halves + rho) * 2 + oo])
+                                y[np.uint64(row * count + o)] = silu32(gate) * up
+                            else:
+                                at = output_index(row, o, rows, out_features, end1, end2, end3)
+                                y[np.uint64(at)] = np.float32(total[(n * row_halves + rho) * 2 + oo])
+
+    return gemm
+
+
+
+def kernel_shape(rows, bits, group_size, columns):
+    """(words of codes a lane a step, row halves, output tiles a warp) of a call: a round's rows (up to ROUND_ROWS)
+    one tile of 8 or 16 rows and the widest step whose groups a lane can hold; more rows, the prompt kernel's
+    tiles and steps of one group an mma."""
+    if rows > ROUND_ROWS:
+        return (1 if bits == 4 else 2), PROMPT_ROW_HALVES, PROMPT_TILES
+    for words in ((4, 2, 1) if bits == 4 else (4, 2)):
+        span = step_shape(bits, words)[0]
+        if columns % span == 0 and 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0):
+            return words, (1 if rows <= 8 else 2), ROUND_TILES
+    raise ValueError(f"no step of {bits}-bit codes fits {columns} columns in groups of {group_size}")
+
+
+def launch_quantize(x, bits, group_size, words, rows_pad, stream=0):
+    """x's digits int8 [LIMBS, rows_pad, K] (laid out for steps of `words` words), exponents and S int32
+    [rows_pad, groups], on the device."""
+    columns = x.shape[1]
+    groups = columns // group_size
+    digits = cuda.device_array((LIMBS, rows_pad, columns), np.int8, stream=stream)
+    exponents = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
+    sums = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
+    quantize_kernel(bits, words, group_size)[blocks_for(rows_pad * groups), 128, stream](x, digits, exponents, sums)
+    return digits, exponents, sums
+
+
+def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None, gated=False):
+    """Run the GEMM over the rows of the device array x [rows, K] with an affine weight (packed, scales, biases on
+    the device). Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a
+    list of one array [rows, width] per part, each a contiguous piece of one output; `gated` (a weight of gate rows,
+    then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`swiglu`)."""
+    rows, columns = x.shape
+    widths = [out_features] if parts is None else list(parts)
+    assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
+    assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
+    ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
+    words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
+    tile_rows = 8 * row_halves
+    rows_pad = -(-rows // tile_rows) * tile_rows
+    digits, exponents, sums = launch_quantize(x, bits, group_size, words, rows_pad, stream)
+    count = out_features // 2 if gated else out_features
+    output_tiles = -(-count // 8)
+    warps = -(-output_tiles // (tiles // 2 if gated else tiles))
+    y = cuda.device_array(rows * count, np.float32, stream=stream)
+    gemm_kernel(bits, group_size, words, row_halves, tiles, gated)[
+        (-(-warps // WARPS), rows_pad // tile_rows), WARPS * 32, stream](
+        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
+        flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
+    if parts is None:
+        return y.reshape(rows, count)
+    starts = [0] + ends[:len(widths) - 1]
+    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, widths)]

@@ -1,0 +1,127 @@
+"""The exact-integer GEMM (tensorfold/cuda/gemm.py): the twin against a brute-force integer reference and against
+the float64 product of the dequantized weights; the kernels against the twin bit for bit (tiny shapes under the
+simulator)."""
+import numpy as np
+import pytest
+from numba import cuda
+
+from tensorfold.cuda.gemm import (
+    LIMBS,
+    P,
+    digit_position,
+    gemm_affine,
+    kernel_shape,
+    launch_gemm,
+    launch_quantize,
+    quantize_x,
+)
+from tensorfold.cuda.gemv import swiglu
+from tensorfold.numerics.formats import bf16_to_f32, quantize_affine
+
+
+def weight(rng, outs, columns, bits, group_size):
+    packed, scales, biases = quantize_affine(rng.normal(size=(outs, columns)).astype(np.float32), bits, group_size)
+    return packed, bf16_to_f32(scales), bf16_to_f32(biases)
+
+
+def x_rows(rng, rows, columns):
+    """Rows of mixed magnitude, one group of zeros and one tiny value beside a large one."""
+    x = (rng.normal(size=(rows, columns)) * np.exp(rng.normal(size=(rows, 1)) * 3)).astype(np.float32)
+    x[0, :32] = 0
+    if columns > 64:
+        x[-1, 64], x[-1, 65] = 1e-30, 3e5
+    return x
+
+
+def reference(x, packed, scales, biases, bits, group_size):
+    """Brute force: Python integers for X, D and S, then the group loop in float64."""
+    rows, columns = x.shape
+    per_word = 32 // bits
+    codes = np.array([[(int(packed[o, k // per_word]) >> (bits * (k % per_word))) & ((1 << bits) - 1)
+                       for k in range(columns)] for o in range(len(packed))], np.int64)
+    y = np.zeros((rows, len(packed)), np.float32)
+    for r in range(rows):
+        acc = np.zeros(len(packed))
+        for g in range(columns // group_size):
+            part = x[r, g * group_size:(g + 1) * group_size].astype(np.float64)
+            e = int(np.frexp(np.abs(part).max())[1])
+            X = np.floor(part * 2.0 ** (P - e) + 0.5).astype(np.int64)
+            assert np.abs(X).max() <= 2 ** P
+            D = codes[:, g * group_size:(g + 1) * group_size] @ X
+            t = scales[:, g].astype(np.float64) * D + biases[:, g].astype(np.float64) * float(X.sum())
+            acc = acc + t * 2.0 ** (e - P)
+        y[r] = acc
+    return y
+
+
+@pytest.mark.parametrize("bits,group_size", [(4, 32), (4, 64), (8, 32), (8, 64)])
+def test_twin_equals_the_brute_force(bits, group_size):
+    rng = np.random.default_rng(bits + group_size)
+    x, w = x_rows(rng, 5, 192), weight(rng, 7, 192, bits, group_size)
+    assert np.array_equal(gemm_affine(x, *w, bits, group_size), reference(x, *w, bits, group_size))
+
+
+def test_digits_rebuild_X():
+    rng = np.random.default_rng(3)
+    x = x_rows(rng, 4, 128)
+    X, _, S = quantize_x(x, 64)
+    assert np.abs(X).max() <= 2 ** P and np.array_equal(S, X.reshape(4, 2, 64).sum(axis=2))
+    digits = launch_quantize(cuda.to_device(x), 4, 64, 4, 8)[0].copy_to_host().astype(np.int64)
+    position = digit_position.py_func(np.arange(128), 4, 4)
+    assert sorted(position) == list(range(128)), "a permutation of the columns"
+    rebuilt = digits[0] + 256 * digits[1] + 65536 * digits[2]
+    assert np.array_equal(rebuilt[:4, position], X) and not rebuilt[4:].any()
+    assert digits.min() >= -128 and digits.max() <= 127 and LIMBS == 3
+
+
+def test_twin_is_close_to_the_exact_product():
+    """The rounding of x to P bits a group: far below float32's accumulated error."""
+    rng = np.random.default_rng(4)
+    x, w = rng.normal(size=(3, 512)).astype(np.float32), weight(rng, 64, 512, 4, 64)
+    dense = np.repeat(w[1], 64, axis=1).astype(np.float64) * gemm_codes(w[0]) + np.repeat(w[2], 64, axis=1)
+    exact = x.astype(np.float64) @ dense.T
+    error = np.abs(gemm_affine(x, *w, 4, 64) - exact).max() / np.abs(exact).max()
+    assert error < 1e-6, error
+
+
+def gemm_codes(packed):
+    return ((packed[:, :, None] >> np.arange(0, 32, 4, dtype=np.uint32)) & 15).reshape(len(packed), -1)
+
+
+def launched(x, w, bits, group_size, **options):
+    args = [cuda.to_device(a) for a in (x, *w)]
+    y = launch_gemm(args[0], len(w[0]), *args[1:], bits, group_size, **options)
+    return [p.copy_to_host() for p in y] if isinstance(y, list) else y.copy_to_host()
+
+
+SHAPES = [(1, 4, 32), (3, 4, 64), (16, 8, 32), (17, 4, 32), (40, 8, 64), (1, 8, 32), (9, 8, 64)]
+
+
+@pytest.mark.parametrize("rows,bits,group_size", SHAPES)
+def test_kernel_equals_twin(rows, bits, group_size):
+    rng = np.random.default_rng(rows * bits + group_size)
+    columns, outs = (128, 11) if rows <= 16 else (64, 9)
+    x, w = x_rows(rng, rows, columns), weight(rng, outs, columns, bits, group_size)
+    expected = gemm_affine(x, *w, bits, group_size)
+    assert np.array_equal(launched(x, w, bits, group_size), expected)
+    swapped = x.copy()
+    swapped[[0, -1]] = swapped[[-1, 0]]
+    if rows > 1:  # control: two rows swapped
+        assert not np.array_equal(launched(swapped, w, bits, group_size), expected)
+
+
+def test_kernel_in_parts_and_gated():
+    rng = np.random.default_rng(9)
+    x, w = x_rows(rng, 3, 128), weight(rng, 20, 128, 4, 64)
+    parts = launched(x, w, 4, 64, parts=(5, 8, 7))
+    assert [p.shape for p in parts] == [(3, 5), (3, 8), (3, 7)]
+    assert np.array_equal(np.concatenate(parts, axis=1), gemm_affine(x, *w, 4, 64))
+    assert np.array_equal(launched(x, w, 4, 64, gated=True), swiglu(gemm_affine(x, *w, 4, 64)))
+    x = x_rows(rng, 18, 64)
+    w = weight(rng, 18, 64, 4, 32)
+    assert np.array_equal(launched(x, w, 4, 32, gated=True), swiglu(gemm_affine(x, *w, 4, 32)))
+
+
+def test_kernel_shapes():
+    assert kernel_shape(1, 4, 64, 2048) == (4, 1, 2) and kernel_shape(16, 8, 64, 2048) == (4, 2, 2)
+    assert kernel_shape(3, 4, 32, 96) == (1, 1, 2) and kernel_shape(512, 4, 64, 2048) == (1, 4, 4)
