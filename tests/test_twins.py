@@ -102,17 +102,19 @@ def test_affine_gemv_equals_dense_gemv_of_dequantized_rows(bits):
 
 
 def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
-    """The NumPy backend's GEMV on a weight it keeps in walk order gives the twin's bytes, for every form and a row
-    count past one tile of the twin; past its budget it keeps nothing, and a weight's copy goes with the weight.
-    Control: a copy walked in the wrong order gives other bytes."""
+    """The NumPy backend's GEMV on a float weight it keeps in walk order gives the twin's bytes, for both float forms
+    and a row count past one tile of the twin; past its budget it keeps nothing, and a weight's copy goes with the
+    weight. An affine weight takes the integer GEMM's twin (gemm.py), with no walked copy. Control: a copy walked in
+    the wrong order gives other bytes."""
     import gc
 
     from tensorfold.backends import NumpyBackend
+    from tensorfold.cuda import gemm
     from tensorfold.model.checkpoint import Linear
     w = normal(40, 320)
     packed, scale_bits, bias_bits = quantize_affine(w, 4, 64)
-    forms = [Linear("f32", 40, 320, w), Linear("bf16", 40, 320, f32_to_bf16(w)),
-             Linear("affine", 40, 320, packed, bf16_to_f32(scale_bits), bf16_to_f32(bias_bits), 4, 64)]
+    forms = [Linear("f32", 40, 320, w), Linear("bf16", 40, 320, f32_to_bf16(w))]
+    affine = Linear("affine", 40, 320, packed, bf16_to_f32(scale_bits), bf16_to_f32(bias_bits), 4, 64)
     x = normal(130, 320)
     backend = NumpyBackend()
     for weight in forms:
@@ -120,14 +122,17 @@ def test_numpy_backend_keeps_walked_weights_with_the_same_bits():
         assert backend.linear(x, weight).tobytes() == twin.tobytes()  # makes the copy
         assert backend.linear(x, weight).tobytes() == twin.tobytes()  # uses it
         assert backend.walked(weight) is backend.walked(weight)
-    assert backend.walked_bytes == 3 * 8 * 40 * 320
+    assert backend.walked_bytes == 2 * 8 * 40 * 320
+    expected = gemm.gemm_affine(x, affine.data, affine.scales, affine.biases, 4, 64)
+    assert backend.linear(x, affine).tobytes() == expected.tobytes() and backend.walked_bytes == 2 * 8 * 40 * 320
     walked = gemv.walked_weight(forms[0].rows, 40, 320)
     assert gemv.gemv(x, forms[0].rows, 40, walked).tobytes() == gemv.gemv_f32(x, w).tobytes()
     assert gemv.gemv(x, forms[0].rows, 40, walked[::-1]).tobytes() != gemv.gemv_f32(x, w).tobytes()  # control
-    kept = backend.walked(forms[2])
-    forms[2].scales = forms[2].scales * np.float32(2)  # new arrays: a new copy, the new values
-    assert backend.walked(forms[2]) is not kept and backend.walked_bytes == 3 * 8 * 40 * 320
-    assert backend.linear(x, forms[2]).tobytes() == gemv.gemv(x, forms[2].rows, 40).tobytes() != twin.tobytes()
+    kept = backend.walked(forms[1])
+    twin = gemv.gemv(x, forms[1].rows, 40)
+    forms[1].data = f32_to_bf16(w * np.float32(2))  # new arrays: a new copy, the new values
+    assert backend.walked(forms[1]) is not kept and backend.walked_bytes == 2 * 8 * 40 * 320
+    assert backend.linear(x, forms[1]).tobytes() == gemv.gemv(x, forms[1].rows, 40).tobytes() != twin.tobytes()
     del forms, weight
     gc.collect()
     assert backend.walked_bytes == 0 and not backend.walked_weights

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from tensorfold.backends.numpy_backend import grown_rows
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemv, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -116,8 +116,8 @@ class CudaBackend:
     def _gemv(self, x, weight, **options):
         """gemv.launch_gemv for a Linear of any form, with its `parts` or `gated` options."""
         if weight.kind == "affine":
-            return gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
-                                    weight.biases, weight.bits, weight.group_size, stream=self.stream, **options)
+            return gemm.launch_gemm(x, weight.out_features, weight.data, weight.scales, weight.biases, weight.bits,
+                                    weight.group_size, stream=self.stream, **options)
         kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
         return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, **options)
 

@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemv, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -33,15 +33,16 @@ class NumpyBackend:
         self.walked_bytes = 0
 
     def linear(self, x, weight):
-        """x [rows, in] @ weight.T for a `Linear` in any of its forms."""
+        """x [rows, in] @ weight.T for a `Linear` in any of its forms: exact integer sums for affine weights (gemm.py),
+        the float32 walk for the others (gemv.py)."""
+        if weight.kind == "affine":
+            return gemm.gemm_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
         walked = self.walked(weight)
         if walked is not None:  # the same twin on the same values, without dequantizing and reordering them again
             return gemv.gemv(x, weight.rows, weight.out_features, walked)
-        if weight.kind == "f32":
-            return gemv.gemv_f32(x, weight.data)
         if weight.kind == "bf16":
             return gemv.gemv_bf16(x, weight.data)
-        return gemv.gemv_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
+        return gemv.gemv_f32(x, weight.data)
 
     def walked(self, weight):
         """The weight in the GEMV twin's walk order (`gemv.walked_weight`), made on first use and kept while the
