@@ -80,24 +80,6 @@ def test_kernel_equals_twin_and_controls_turn_red(check, on_gpu):
     assert result.red_controls, f"{check.name} has no planted control"
 
 
-def test_gemv_tiles_of_wide_warps(monkeypatch, on_gpu):
-    """The kernels of calls with warps to spare, which no shape of the simulator's has: the tile kernel's warps of
-    WIDE_OUTPUTS outputs and the one-row kernel's of ROW_OUTPUTS, against the twin with the same planted controls:
-    every affine call made wide."""
-    from tensorfold.cuda import gemv
-    monkeypatch.setattr(gemv, "WIDE_WARPS", 0)
-    monkeypatch.setattr(gemv, "ROW_WIDE_WARPS", 0)
-    checks = [c for c in CHECKS if c.name.startswith("gemv_affine")]
-    assert len(checks) == 4
-    for check in checks:
-        result = run_check(check, "gpu" if on_gpu else "sim")
-        assert result.cases > 0 and not result.failed_cases, f"{check.name}: not bit-equal on {result.failed_cases}"
-        assert result.red_controls and not result.missed_controls, f"{check.name}: {result.missed_controls}"
-    shapes = gemv.gemv_affine_kernel.shapes
-    assert any(tile > 0 and per_warp == gemv.WIDE_OUTPUTS for tile, per_warp, *_ in shapes)
-    assert any(tile == 0 and per_warp == gemv.ROW_OUTPUTS for tile, per_warp, *_ in shapes)
-
-
 def test_summary_line():
     from tensorfold.contract import Result
     results = [Result("a", 2, [], ["x", "y"], [], 0.1), Result("b", 1, ["1x1"], ["z"], ["w"], 0.1)]

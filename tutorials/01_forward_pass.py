@@ -9,7 +9,7 @@ You will learn about:
 
 * the shape of a Qwen3.5 layer: a pre-norm residual block around a mixer (Gated DeltaNet or gated attention),
   then a pre-norm residual SwiGLU MLP;
-* which twin computes which step: ``gemv``, ``rmsnorm``, ``causal_conv``, ``l2norm``, ``deltanet_gates``,
+* which twin computes which step: ``gemm_affine``, ``rmsnorm``, ``causal_conv``, ``l2norm``, ``deltanet_gates``,
   ``deltanet_scan``, ``rmsnorm_gated``, ``rope``, ``attention_partial`` and ``attention_merge``;
 * why a whole prompt and a prompt followed by one-row steps give the same logits, bit for bit.
 
@@ -32,7 +32,7 @@ from tensorfold.cuda.attention import attention_merge, attention_partial
 from tensorfold.cuda.conv import causal_conv
 from tensorfold.cuda.deltanet import deltanet_gates, deltanet_scan
 from tensorfold.cuda.elementwise import silu_mul
-from tensorfold.cuda.gemv import gemv_affine
+from tensorfold.cuda.gemm import gemm_affine
 from tensorfold.cuda.rmsnorm import l2norm, rmsnorm, rmsnorm_gated
 from tensorfold.cuda.rope import rope
 from tensorfold.models import DEFAULT_MODEL
@@ -67,19 +67,19 @@ def show(label, array):
 
 
 # %%
-# Matrices go through the GEMV twin
-# ---------------------------------
-# Every matrix product is `gemv`: one warp of 32 threads per output, each thread walking 8-column chunks
-# t, t + 32, ... with fma_rn (one rounding), then a fixed tree over the 32 partial sums. 4-bit weights stay
-# packed, eight codes to a uint32 word, and are dequantized inside the loop: weight = scale * code + bias, per
-# group of 64 columns.
+# Matrices go through the integer GEMM twin
+# -----------------------------------------
+# Every matrix product of the 4-bit model is `gemm_affine`: x is made integer per row and group of 64 columns
+# (its fixed point under the group's largest value), the weights stay packed, eight codes to a uint32 word, and
+# each group's sum of code times x is an exact integer; the groups' scales and biases are then applied in one fixed
+# order (tutorial 02).
 
 
 def linear(x, name):
-    """x [rows, in] @ W.T for the matrix `name`, through the GEMV twin."""
+    """x [rows, in] @ W.T for the matrix `name`, through the integer GEMM twin."""
     weight = w[name]
     check(weight.kind == "affine", f"{name} is {weight.kind}; the default model is 4-bit")
-    return gemv_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
+    return gemm_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
 
 
 # %%

@@ -10,8 +10,8 @@ You will learn about:
 
 * the mapping: each output's THREADS threads walking chunks of CHUNK columns with a stride, one accumulator per
   row, then a fixed halving tree; a warp computes two outputs and a block a tile of rows, so loads are reused;
-* how 4-bit MLX weights are dequantized inside the loop (``scale * code + bias``), a few chunks at a time, never
-  materialised;
+* how 4-bit MLX weights take another road: exact integer sums of codes times x in fixed point
+  (``tensorfold/cuda/gemm.py``), whose order cannot matter, so the tensor cores may add them;
 * ``fma32`` and ``fma_rn``: why a multiply-add is written out explicitly so that NumPy and the GPU round it the
   same way, and how the GEMV's single rounding is reproduced in NumPy;
 * the same pattern in RMSNorm (``tensorfold/cuda/rmsnorm.py``), and the elementwise kernels between them.
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from _side_by_side import show  # noqa: E402
-from tensorfold.cuda import gemv, rmsnorm  # noqa: E402
+from tensorfold.cuda import gemm, gemv, rmsnorm  # noqa: E402
 from tensorfold.cuda.fmath import block_dot, fma32, tree_sum  # noqa: E402
 from tensorfold.numerics.floats import add_rounded_once, fma_rn_twin  # noqa: E402
 from tensorfold.numerics.formats import affine_rows, quantize_affine  # noqa: E402
@@ -88,9 +88,8 @@ print(f"the walk's first step over 64 columns: thread t takes column {gemv.walk_
 # The tile kernel reads x in *pair walk order*: a thread's columns e and e + 1 side by side, and the threads' pairs
 # side by side, so that one 8-byte load brings a thread two columns and the 32 threads of a warp read 256
 # neighbouring bytes (the columns t * CHUNK + e they need are CHUNK floats apart). `walk_x` is that layout, and a
-# small kernel makes it. For a wide call's kernel (WIDE_OUTPUTS outputs a warp, tiles of 8 rows) it also puts each
-# round of a tile's rows together, [tile, round, row, position], so that a thread finds every row's pair at a
-# constant offset from one index a chunk; other calls take it row by row (tiles of one row). Here tiles of 4:
+# small kernel makes it, [tile, round, row, position] for tiles of rows (the kernel takes tiles of one row: row by
+# row). Here tiles of 4:
 walked = gemv.walk_x(np.arange(2 * 64, dtype=np.float32).reshape(2, 64), 4)
 print(f"x in pair walk order, first positions: {walked[0, 0, 0, :8].tolist()} (columns; padded to a whole round)")
 check(walked.shape == (1, 1, 4, gemv.THREADS * gemv.CHUNK) and walked[0, 0, 1, 1] == 64 + 1
@@ -121,38 +120,36 @@ blas = (x @ weight.T).astype(np.float32)
 print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != twin)} of {twin.size} outputs)")
 
 # %%
-# 4-bit weights, dequantized in the loop
-# --------------------------------------
+# 4-bit weights: exact integer sums instead of the walk
+# -----------------------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
-# columns. A chunk is one word. For several rows the tile kernel dequantizes a chunk's codes with
-# `fma_rn(scale, code, bias)` into registers and uses the weights for every row of its tile; for one row (a decode
-# step) `affine_row_kernel` loads 4 chunks of each of 4 outputs (8 of 2 in a call of few warps) as stored, codes,
-# scales and biases, and dequantizes each weight where it multiplies it: each weight is used once, and the loads
-# in flight decide speed. The twin dequantizes whole rows (`affine_rows`, the same fma_rn); the kernels take a
-# chunk's codes from the format's `weight` (the tile kernel) or do it inline (the one-row kernel):
-show(affine_rows, [gemv.affine_format, gemv.affine_row_kernel],
-     align=[("codes = ((words", "code = (words[j"),
-            ("return fma_rn_twin", "return fma_rn(floats")])
+# columns: w = scale * code + bias, and the codes are integers already. `tensorfold/cuda/gemm.py` makes x integer
+# too, per row and group (`fixed_point`: X = floor(x * 2^(P - e) + 0.5), e the group's exponent, in three signed
+# bytes), so every sum of code times X is an exact integer, whatever order adds it: the kernel takes them from the
+# tensor cores (`mma_s8u8`, tensorfold/cuda/ptx.py), the twin from a BLAS matrix product. Only the combination of
+# the groups, in float64 products that are exact, follows one fixed order. The twin (left) and the kernels (right):
+show([gemm.quantize_x, gemm.gemm_affine], [gemm.quantize_kernel, gemm.gemm_kernel])
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)
 scales, biases = gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits)
 print(f"packed weights {packed.shape} {packed.dtype}, scales {scales.shape}")
-twin = gemv.gemv_affine(x, packed, scales, biases, 4, 64)
-kernel = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x), outputs, cuda.to_device(packed),
-                          cuda.to_device(scales), cuda.to_device(biases), 4, 64).copy_to_host()
-check(twin.tobytes() == kernel.tobytes(), "4-bit GEMV kernel == twin, bit for bit")
-one_row = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x[:1]), outputs, cuda.to_device(packed),
-                           cuda.to_device(scales), cuda.to_device(biases), 4, 64).copy_to_host()
-check(one_row.tobytes() == twin[:1].tobytes(), "the one-row kernel == the twin's first row, bit for bit")
+twin = gemm.gemm_affine(x, packed, scales, biases, 4, 64)
+on_device = [cuda.to_device(a) for a in (packed, scales, biases)]
+kernel = gemm.launch_gemm(cuda.to_device(x), outputs, *on_device, 4, 64).copy_to_host()
+check(twin.tobytes() == kernel.tobytes(), "4-bit GEMM kernel == twin, bit for bit")
+one_row = gemm.launch_gemm(cuda.to_device(x[:1]), outputs, *on_device, 4, 64).copy_to_host()
+check(one_row.tobytes() == twin[:1].tobytes(), "one row alone == the twin's first row, bit for bit")
+dense = affine_rows(packed, scales, biases, 4, 64, np.arange(outputs)).astype(np.float64)
+print(f"largest difference from the float64 product of the dequantized weights: "
+      f"{np.abs(twin - x.astype(np.float64) @ dense.T).max():.2e} (x's fixed point, then float32)")
 
-# The MLP's gate and up projections are stacked in one weight (gate rows, then up rows). A gated GEMV computes every
+# The MLP's gate and up projections are stacked in one weight (gate rows, then up rows). A gated GEMM computes every
 # sum as above, each warp holding gate outputs beside their up outputs, and writes SiLU(gate) * up where it writes:
 # the MLP's hidden values take no launch of their own (`gemv.swiglu` is the twin).
-gated = gemv.launch_gemv(gemv.gemv_affine_kernel, cuda.to_device(x), outputs, cuda.to_device(packed),
-                         cuda.to_device(scales), cuda.to_device(biases), 4, 64, gated=True).copy_to_host()
+gated = gemm.launch_gemm(cuda.to_device(x), outputs, *on_device, 4, 64, gated=True).copy_to_host()
 check(gated.shape == (rows, outputs // 2) and gated.tobytes() == gemv.swiglu(twin).tobytes(),
-      "the gated GEMV == SiLU(gate) * up of the twin's outputs, bit for bit")
+      "the gated GEMM == SiLU(gate) * up of the twin's outputs, bit for bit")
 
 # %%
 # The same pattern in RMSNorm

@@ -18,6 +18,7 @@ each cell; other builders get one literal block of both columns, the terminal's 
 import ast
 import importlib
 import importlib.util
+import inspect
 from pathlib import Path
 
 from docutils import nodes
@@ -94,7 +95,7 @@ class SideBySide(SphinxDirective):
         except ValueError as error:
             raise self.error(f"side-by-side: {error}") from error
         for function in twin + kernel:  # a change to a shown file, or to the layout, rebuilds the page
-            self.env.note_dependency(getattr(function, "py_func", function).__code__.co_filename)
+            self.env.note_dependency(inspect.getsourcefile(inspect.unwrap(getattr(function, "py_func", function))))
         self.env.note_dependency(str(HELPER))
 
         table = nodes.table(classes=["side-by-side"])

@@ -104,17 +104,17 @@ class CudaBackend:
         return self.linear_parts(x, weight, [weight.out_features])[0]
 
     def linear_parts(self, x, weight, widths):
-        """NumpyBackend.linear_parts on the device: one GEMV that writes each part whole (gemv.launch_gemv's
-        `parts`), so each is a contiguous array with no copy."""
+        """NumpyBackend.linear_parts on the device: one GEMM or GEMV that writes each part whole (their `parts`), so
+        each is a contiguous array with no copy."""
         return self._gemv(x, weight, parts=widths)
 
     def swiglu(self, x, weight):
-        """NumpyBackend.swiglu on the device: one GEMV whose warps hold each gate output beside its up output and
-        write SiLU(gate) * up (gemv.launch_gemv's `gated`)."""
+        """NumpyBackend.swiglu on the device: one GEMM or GEMV whose warps hold each gate output beside its up and
+        write SiLU(gate) * up (their `gated`)."""
         return self._gemv(x, weight, gated=True)
 
     def _gemv(self, x, weight, **options):
-        """gemv.launch_gemv for a Linear of any form, with its `parts` or `gated` options."""
+        """gemm.launch_gemm for an affine Linear, gemv.launch_gemv for a float one, with `parts` or `gated`."""
         if weight.kind == "affine":
             return gemm.launch_gemm(x, weight.out_features, weight.data, weight.scales, weight.biases, weight.bits,
                                     weight.group_size, stream=self.stream, **options)

@@ -1,4 +1,4 @@
-"""The checks of gemv.py: x laid out in walk order, and the GEMV of every weight format, in parts and gated."""
+"""The checks of gemv.py: x laid out in walk order, and the GEMV of both float formats, in parts and gated."""
 import numpy as np
 from numba import cuda
 
@@ -6,9 +6,6 @@ from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import drop_row, roll, swap_rows
 from tensorfold.cuda.elementwise import silu_mul_kernel
 from tensorfold.cuda.gemv import (
-    affine_row_kernel,
-    gemv_affine,
-    gemv_affine_kernel,
     gemv_bf16,
     gemv_bf16_kernel,
     gemv_f32,
@@ -22,9 +19,9 @@ from tensorfold.cuda.gemv import (
     walk_x,
     walk_x_kernel,
 )
-from tensorfold.cuda.weights import CHUNK, affine_format, bf16_format, f32_format
+from tensorfold.cuda.weights import CHUNK, bf16_format, f32_format
 from tensorfold.device.grid import to_host
-from tensorfold.numerics.formats import bf16_to_f32, f32_to_bf16, quantize_affine
+from tensorfold.numerics.formats import f32_to_bf16
 
 
 def _walk_cases(mode, rng):
@@ -57,19 +54,6 @@ def _cases(mode, rng):
             for rows, outs, cols in shapes]
 
 
-def _quantized_cases(bits):
-    def cases(mode, rng):
-        out = []
-        for label, inputs in _cases(mode, rng):
-            if inputs["x"].shape[1] % 64:
-                continue
-            packed, scales, biases = quantize_affine(inputs["weight"], bits, 64)
-            out.append((label, {"x": inputs["x"], "packed": packed, "scales": bf16_to_f32(scales),
-                                "biases": bf16_to_f32(biases), "bits": bits, "group_size": 64}))
-        return out
-    return cases
-
-
 def _bf16_cases(mode, rng):
     return [(label, {"x": i["x"], "weight_bits": f32_to_bf16(i["weight"])}) for label, i in _cases(mode, rng)]
 
@@ -80,11 +64,6 @@ def _launch_f32(x, weight):
 
 def _launch_bf16(x, weight_bits):
     return to_host(launch_gemv(gemv_bf16_kernel, cuda.to_device(x), weight_bits.shape[0], cuda.to_device(weight_bits)))
-
-
-def _launch_affine(x, packed, scales, biases, bits, group_size):
-    return to_host(launch_gemv(gemv_affine_kernel, cuda.to_device(x), packed.shape[0], cuda.to_device(packed),
-                               cuda.to_device(scales), cuda.to_device(biases), bits, group_size))
 
 
 def _chunks_swapped(weight):
@@ -105,24 +84,19 @@ def _parts_cases(mode, rng):
     shapes = ([(3, (5, 3, 1, 7), 128), (1, (4, 12), 1280), (9, (8, 8), 128)] if mode == "sim" else
               [(1, (6144, 2048, 16, 16), 2048), (16, (6144, 2048, 16, 16), 2048), (4, (6144, 6144), 2048),
                (128, (4096, 512, 512), 1024)])
-    cases = []
-    for rows, widths, cols in shapes:
-        packed, scales, biases = quantize_affine(rng.normal(size=(sum(widths), cols)).astype(np.float32), 4, 64)
-        cases.append((f"{rows}x{'+'.join(map(str, widths))}x{cols}", {
-            "x": rng.normal(size=(rows, cols)).astype(np.float32), "packed": packed, "scales": bf16_to_f32(scales),
-            "biases": bf16_to_f32(biases), "widths": widths}))
-    return cases
+    return [(f"{rows}x{'+'.join(map(str, widths))}x{cols}", {
+        "x": rng.normal(size=(rows, cols)).astype(np.float32),
+        "weight": rng.normal(size=(sum(widths), cols)).astype(np.float32), "widths": widths})
+        for rows, widths, cols in shapes]
 
 
-def _parts_twin(x, packed, scales, biases, widths):
-    y = gemv_affine(x, packed, scales, biases, 4, 64)
-    return tuple(np.split(y, np.cumsum(widths)[:-1], axis=1))
+def _parts_twin(x, weight, widths):
+    return tuple(np.split(gemv_f32(x, weight), np.cumsum(widths)[:-1], axis=1))
 
 
-def _parts_launch(x, packed, scales, biases, widths):
-    return tuple(to_host(p) for p in launch_gemv(
-        gemv_affine_kernel, cuda.to_device(x), packed.shape[0], cuda.to_device(packed), cuda.to_device(scales),
-        cuda.to_device(biases), 4, 64, parts=widths))
+def _parts_launch(x, weight, widths):
+    return tuple(to_host(p) for p in launch_gemv(gemv_f32_kernel, cuda.to_device(x), weight.shape[0],
+                                                 cuda.to_device(weight), parts=widths))
 
 
 def _boundary_moved(inputs):
@@ -132,41 +106,30 @@ def _boundary_moved(inputs):
 
 
 def _gated_cases(mode, rng):
-    """The 4-bit cases cut to an even count of outputs (a gate for every up): one row, tiles, the head; in the
+    """The float32 cases cut to an even count of outputs (a gate for every up): one row, tiles, the head; in the
     simulator also one of more than GATED_ROWS rows (the GEMV, then the product)."""
-    cases = []
-    for label, inputs in _quantized_cases(4)(mode, rng):
-        outs = len(inputs["packed"]) // 2 * 2
-        if outs:
-            cases.append((label, {**inputs, **{name: inputs[name][:outs] for name in ("packed", "scales", "biases")}}))
+    cases = [(label, {**inputs, "weight": inputs["weight"][:len(inputs["weight"]) // 2 * 2]})
+             for label, inputs in _cases(mode, rng) if len(inputs["weight"]) >= 2]
     if mode == "sim":
-        packed, scales, biases = quantize_affine(rng.normal(size=(4, 128)).astype(np.float32), 4, 64)
-        cases.append(("6x4x128", {"x": rng.normal(size=(6, 128)).astype(np.float32), "packed": packed,
-                                  "scales": bf16_to_f32(scales), "biases": bf16_to_f32(biases), "bits": 4,
-                                  "group_size": 64}))
+        cases.append(("6x4x128", {"x": rng.normal(size=(6, 128)).astype(np.float32),
+                                  "weight": rng.normal(size=(4, 128)).astype(np.float32)}))
     return cases
 
 
-def _launch_gated(x, packed, scales, biases, bits, group_size):
-    return to_host(launch_gemv(gemv_affine_kernel, cuda.to_device(x), packed.shape[0], cuda.to_device(packed),
-                               cuda.to_device(scales), cuda.to_device(biases), bits, group_size, gated=True))
+def _launch_gated(x, weight):
+    return to_host(launch_gemv(gemv_f32_kernel, cuda.to_device(x), weight.shape[0], cuda.to_device(weight),
+                               gated=True))
 
 
 def _halves(plant):
-    """A control that moves the up rows against the gate rows in the weight's three arrays alike."""
-    def planted(inputs):
-        half = len(inputs["packed"]) // 2
-        return {**inputs, **{name: plant(inputs[name], half) for name in ("packed", "scales", "biases")}}
-    return planted
+    """A control that moves the up rows against the gate rows."""
+    return lambda inputs: {**inputs, "weight": plant(inputs["weight"], len(inputs["weight"]) // 2)}
 
 
 _ROW_CONTROLS = {"two swapped rows": swap_rows("x"), "a dropped row": drop_row("x")}
-_AFFINE_CONTROLS = {**_ROW_CONTROLS, "a wrong group index": roll("scales"),
-                    "chunks 0 and 1 swapped": _chunks_swapped("packed")}
 _GATED_CONTROLS = {**_ROW_CONTROLS,
                    "gate and up swapped": _halves(lambda a, half: np.concatenate([a[half:], a[:half]])),
                    "each up one row late": _halves(lambda a, half: np.concatenate([a[:half], np.roll(a[half:], 1, 0)]))}
-_AFFINE_KERNELS = (gemv_kernel, affine_row_kernel, affine_format)
 CONTRACT = [
     KernelCheck("walk_x", walk_x, _launch_walk, _walk_cases, {**_ROW_CONTROLS, "columns shifted by one": roll("x")},
                 kernels=(walk_x_kernel,)),
@@ -176,13 +139,9 @@ CONTRACT = [
     KernelCheck("gemv_bf16", gemv_bf16, _launch_bf16, _bf16_cases,
                 {**_ROW_CONTROLS, "chunks 0 and 1 swapped": _chunks_swapped("weight_bits")},
                 kernels=(gemv_kernel, bf16_format)),
-    KernelCheck("gemv_affine4", gemv_affine, _launch_affine, _quantized_cases(4), _AFFINE_CONTROLS,
-                kernels=_AFFINE_KERNELS),
-    KernelCheck("gemv_affine8", gemv_affine, _launch_affine, _quantized_cases(8), _AFFINE_CONTROLS,
-                kernels=_AFFINE_KERNELS),
-    KernelCheck("gemv_affine4 in parts", _parts_twin, _parts_launch, _parts_cases,
+    KernelCheck("gemv_f32 in parts", _parts_twin, _parts_launch, _parts_cases,
                 {**_ROW_CONTROLS, "a part boundary one output late": _boundary_moved},
-                kernels=_AFFINE_KERNELS + (output_index,)),
-    KernelCheck("gemv_affine4 gated (SwiGLU)", lambda **i: swiglu(gemv_affine(**i)), _launch_gated, _gated_cases,
-                _GATED_CONTROLS, kernels=_AFFINE_KERNELS + (slot_output, silu_mul_kernel)),
+                kernels=(gemv_kernel, f32_format, output_index)),
+    KernelCheck("gemv_f32 gated (SwiGLU)", lambda **i: swiglu(gemv_f32(**i)), _launch_gated, _gated_cases,
+                _GATED_CONTROLS, kernels=(gemv_kernel, f32_format, slot_output, silu_mul_kernel)),
 ]

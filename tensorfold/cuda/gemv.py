@@ -1,51 +1,43 @@
-"""GEMV over a round's rows: y[r, o] = sum_k W[o, k] * x[r, k], for float32, bf16 and MLX affine 4/8-bit weights.
+"""GEMV over a round's rows for float weights: y[r, o] = sum_k W[o, k] * x[r, k], float32 and bf16 (MLX affine
+weights take the exact integer GEMM of gemm.py instead).
 
 The order of the sums: the columns are cut into chunks of CHUNK = 8 (weights.py), and each output has THREADS = 32
 threads. Thread t walks the chunks t, t + THREADS, t + 2 * THREADS, ..., each chunk's columns in order, adding
 `fma_rn(w, x, acc)` (one float32 rounding, fmath.py) into one float32 accumulator per row; then the THREADS
 partial sums are added in the halving tree of `tree_sum`. The order depends only on K, never on how many rows the
-round has, so a prompt of 300 rows and 300 one-row steps give the same bits; and it is the same for every weight
-format, so a bf16 or 4-bit weight gives the bits of its float32 values.
+round has, so a prompt of 300 rows and 300 one-row steps give the same bits; and it is the same for both formats,
+so a bf16 weight gives the bits of its float32 values.
 
 The twin, `gemv`, runs the walk in rounds of THREADS chunks and steps e = 0 .. CHUNK - 1: at step e of round j
 thread t takes column (j * THREADS + t) * CHUNK + e (none past the last column), in a few NumPy passes over
 (thread, row, output); `walk_order` lays the columns out so that a step's are neighbours.
 
-The kernels: a block has WARPS warps, each output a warp of THREADS threads on neighbouring chunks (a load of 4-bit
-codes covers 128 contiguous bytes). A GEMV is bound by moving weights and x through the SM; one row and several
-rows by different work:
+The kernel, `gemv_kernel`: a block has WARPS warps, each output a warp of THREADS threads on neighbouring chunks,
+blockIdx.y over tiles of TILES rows. Each weight feeds every row of the tile and each x value every output of the
+warp (OUTPUTS), so the multiply-adds and the loads of x decide the speed. x is laid out in *pair walk order*
+(`walk_x`): one 8-byte load brings a thread two of its columns, and a warp's 32 loads are one coalesced 256-byte
+line.
 
-* one row (a decode step, affine weights): `affine_row_kernel`. Each weight is used once, so the kernel keeps
-  loads of codes in flight: a warp computes ROW_OUTPUTS outputs (each x value it loads feeds them all) and loads
-  ROW_STEP chunks of each before it multiplies any; a call of few warps takes NARROW_OUTPUTS outputs and
-  NARROW_STEP chunks, as many loads in flight a warp and twice the warps. x is read as it is (one row stays in L1).
-* several rows: `gemv_kernel`, blockIdx.y over tiles of TILES rows. Each dequantized weight feeds every row of the
-  tile and each x value every output of the warp (WIDE_OUTPUTS in an affine call with warps to spare), so the
-  multiply-adds and the loads of x decide the speed. x is laid out in *pair walk order* (`walk_x`): one 8-byte
-  load brings a thread two of its columns, and a warp's 32 loads are one coalesced 256-byte line; a wide call of
-  8-row tiles lays it out by tiles (`x_layout_tile`), so that each load of x sits at a constant offset from one
-  index, and the registers that frees hold the next chunk, loaded while this one is multiplied.
-* a gated GEMV (the MLP's gate and up stacked, up to GATED_ROWS rows): either kernel with each warp's outputs in
-  pairs, a gate and its up (`slot_output`), writing SiLU(gate) * up (`swiglu`): no pass of its own for the MLP.
+* a gated GEMV (the MLP's gate and up stacked, up to GATED_ROWS rows): each warp's outputs in pairs, a gate and
+  its up (`slot_output`), writing SiLU(gate) * up (`swiglu`): no pass of its own for the MLP.
 * stacked projections (qwen35.PROJECTIONS): each projection's outputs written whole (`output_index`).
 
-A few multiply-adds per load: the integer work around them decides the speed. Accumulators, held words and x
-values are local arrays of constant size indexed by unrolled loops, which the compiler keeps in registers; the
-arrays come in flat, each load's index formed from a row offset found once; indices are unsigned (numba checks a
-signed index for negative values); a format's constants are the kernel's (shifts, not divisions); only the last
-steps (a chunk cut short, or past the last) check their columns (`careful`), and rows past a tile's last compute
-on its last row's x, unwritten. x is loaded as uint64: numba cannot prove the 16-byte alignment of a vector load.
+Accumulators, held words and x values are local arrays of constant size indexed by unrolled loops, which the
+compiler keeps in registers; each load's index is formed from a row offset found once; indices are unsigned (numba
+checks a signed index for negative values); only the last chunk (cut short) checks its columns (`careful`), and
+rows past a tile's last compute on its last row's x, unwritten. x is loaded as uint64: numba cannot prove the
+16-byte alignment of a vector load.
 """
 import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.elementwise import launch_elementwise, silu_mul_kernel
 from tensorfold.cuda.fmath import fma_rn, silu32, silu32_twin, tree_sum
-from tensorfold.cuda.weights import CHUNK, affine_format, bf16_format, f32_format, f32_from_bits
+from tensorfold.cuda.weights import CHUNK, bf16_format, f32_format, f32_from_bits
 from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel
 from tensorfold.numerics.floats import add_rounded_once
-from tensorfold.numerics.formats import affine_rows, bf16_to_f32
+from tensorfold.numerics.formats import bf16_to_f32
 
 THREADS = 32  # threads per output (one warp): the walk's stride in chunks and the width of the reduction tree
 TILE_ELEMENTS = 1 << 21  # the twin takes outputs in tiles of about this many weights or products (its memory)
@@ -107,11 +99,6 @@ def gemv_bf16(x, weight_bits):
     return gemv(x, lambda outs: bf16_to_f32(weight_bits[outs]), weight_bits.shape[0])
 
 
-def gemv_affine(x, packed, scales, biases, bits, group_size):
-    """y = x @ W.T for an MLX affine weight: packed uint32 [out, K * bits / 32], float32 scales and biases [out, K / gs]."""
-    return gemv(x, lambda outs: affine_rows(packed, scales, biases, bits, group_size, outs), packed.shape[0])
-
-
 def swiglu(y):
     """SiLU(gate) * up for the outputs y [rows, 2 n] of a GEMV over a weight of n gate rows, then n up rows (the
     SwiGLU MLP's gate_proj and up_proj stacked): what a gated GEMV kernel writes (`launch_gemv`'s `gated`), every
@@ -123,14 +110,7 @@ def swiglu(y):
 # --- the kernels: the twin's walk, output by output (see the module's docstring) -----------------------------------
 
 OUTPUTS = 2  # outputs a warp of the tile kernel computes: each x load feeds both
-WIDE_OUTPUTS = 4  # outputs a warp of an affine call that has warps to spare
-WIDE_WARPS = 4096  # the warps such a call has at WIDE_OUTPUTS outputs a warp, at least (31 an SM of an H200)
 TILES = (1, 4, 8)  # rows a block of the tile kernel holds: the least that holds a call's rows, 8 past that
-ROW_OUTPUTS = 4  # outputs a warp of the one-row kernel computes, in a call of ROW_WIDE_WARPS warps or more
-ROW_STEP = 4  # chunks of each output it then loads before it multiplies
-ROW_WIDE_WARPS = 2048  # warps at ROW_OUTPUTS a warp from which a one-row call takes that shape (8,192 outputs)
-NARROW_OUTPUTS = 2  # outputs a warp and chunks a step of a one-row call with fewer warps: twice the warps, and as
-NARROW_STEP = 8  # many loads in flight a warp
 GATED_ROWS = 4  # rows up to which a gated call's kernel writes SiLU(gate) * up (gated, 8-row tiles pass 128 registers)
 WARPS = 4  # warps a block
 ROUND = THREADS * CHUNK  # columns in a round of the walk: THREADS chunks, one a thread
@@ -169,13 +149,6 @@ def walk_x_kernel(x, tile, out):
         column = walk_column(p)
         inside = row < x.shape[0] and column < x.shape[1]
         out[row // tile, p // ROUND, row % tile, p % ROUND] = x[row, column] if inside else np.float32(0)
-
-
-def x_layout_tile(rows, per_warp):
-    """The tiles `walk_x` lays x out in for a tile kernel of `rows` rows and `per_warp` outputs a warp: a wide
-    call's in tiles of 8 rows (WIDE_OUTPUTS, the largest of TILES) by its tiles, any other row by row (tiles of one
-    row): only a wide call has the warps to hide the wait that loading the next chunk ahead adds."""
-    return rows if per_warp == WIDE_OUTPUTS and rows == max(TILES) else 1
 
 
 PARTS = 4  # parts a GEMV's outputs can be cut into (qwen35.PROJECTIONS: at most four projections stacked)
@@ -260,77 +233,48 @@ def tree_writer(rows, outputs, gated=False):
 
 def gemv_kernel(weight_format, rows, per_warp, gated=False):
     """The tile kernel for one `WeightFormat`, `rows` rows a block and `per_warp` outputs a warp (`gated`: pairs of
-    outputs, see `slot_output`); x in pair walk order, as uint64, in the tiles of `x_layout_tile`: by the kernel's
-    tiles in a wide call of 8 rows (which also loads each chunk of codes a step ahead), else row by row. The local
-    arrays' sizes are constants of the closure, as numba needs."""
-    hold, weight, whole_chunks = weight_format.hold, weight_format.weight, weight_format.whole_chunks
+    outputs, see `slot_output`); x in pair walk order, as uint64, row by row (`walk_x` with tiles of one row). The
+    local arrays' sizes are constants of the closure, as numba needs."""
+    hold, weight = weight_format.hold, weight_format.weight
     accumulators, pair_values = rows * per_warp, 2 * rows
     held_words, held_floats = per_warp * weight_format.words, per_warp * weight_format.floats
     write_sums = tree_writer(rows, per_warp, gated)
-    by_tiles = x_layout_tile(rows, per_warp) == rows  # x's rows side by side a round, and the next chunk ahead
-    tile_round = rows * ROUND_PAIRS  # by tiles: pairs in a round of the tile's rows
 
     @kernel
-    def gemv_tile_kernel(x_pairs, rounds, columns, data, width, scales, biases, groups, y, rows_total,
-                         out_features, end1, end2, end3):
+    def gemv_tile_kernel(x_pairs, rounds, columns, data, width, y, rows_total, out_features, end1, end2, end3):
         warp, t, first = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS, cuda.blockIdx.y * rows
         base, count = warp_outputs(cuda.blockIdx.x * WARPS + warp, per_warp, out_features, gated)
         live = min(rows, rows_total - first)  # the tile's rows
         acc = cuda.local.array(accumulators, np.float32)  # acc[r * per_warp + j]: row r, output base + j
         words = cuda.local.array(held_words, np.uint32)  # the chunk of each output, as stored
         floats = cuda.local.array(held_floats, np.float32)
-        ahead_words = cuda.local.array(held_words, np.uint32)  # by tiles: the next chunk of each output, loaded
-        ahead_floats = cuda.local.array(held_floats, np.float32)  # while this one is multiplied
         xs = cuda.local.array(pair_values, np.float32)  # xs[2 * r + e % 2]: row r's pair of columns
         weight_rows = cuda.local.array(per_warp, np.uint64)  # where each output's row starts in `data`
-        group_rows = cuda.local.array(per_warp, np.uint64)  # and its scales and biases (past the last: the last)
-        x_rows = cuda.local.array(rows, np.int64)  # row by row: where each row starts (past live: the last)
+        x_rows = cuda.local.array(rows, np.int64)  # where each row starts (past live: the last)
         for a in range(accumulators):
             acc[a] = 0
         for j in range(per_warp):
             output = np.uint64(slot_output(base, j, count, gated))
-            weight_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
-        if not by_tiles:
-            for r in range(rows):
-                x_rows[r] = (first + min(r, live - 1)) * rounds * ROUND_PAIRS
+            weight_rows[j] = output * np.uint64(width)
+        for r in range(rows):
+            x_rows[r] = (first + min(r, live - 1)) * rounds * ROUND_PAIRS
         if base < count:  # a warp past the last output only joins the tree
             chunks = -(-columns // CHUNK)
             interior = columns // CHUNK  # the chunks before this one are whole
-            if by_tiles and t < chunks:
-                for j in range(per_warp):
-                    hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(t), columns, ahead_words,
-                         ahead_floats, j, not whole_chunks and t >= interior)
             for c in range(t, chunks, THREADS):
-                careful = not whole_chunks and c >= interior  # a chunk cut short: check its columns
-                if by_tiles:  # this chunk came ahead; the next one's loads go out now
-                    for i in range(held_words):
-                        words[i] = ahead_words[i]
-                    for i in range(held_floats):
-                        floats[i] = ahead_floats[i]
-                    following = c + THREADS
-                    if following < chunks:
-                        for j in range(per_warp):
-                            hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(following), columns,
-                                 ahead_words, ahead_floats, j, not whole_chunks and following >= interior)
-                    round_pairs = np.uint64((cuda.blockIdx.y * rounds + c // THREADS) * tile_round + t)  # thread t's
-                else:
-                    for j in range(per_warp):
-                        hold(data, scales, biases, weight_rows[j], group_rows[j], np.uint64(c), columns, words, floats,
-                             j, careful)
-                    round_pairs = np.uint64((c - t) * (CHUNK // 2))  # where the chunk's round starts in a row
+                careful = c >= interior  # a chunk cut short: check its columns
+                for j in range(per_warp):
+                    hold(data, weight_rows[j], np.uint64(c), columns, words, floats, j, careful)
+                round_pairs = np.uint64((c - t) * (CHUNK // 2))  # where the chunk's round starts in a row
                 for e in range(CHUNK):
                     if e % 2 == 0:  # columns e and e + 1 of each row, one load (zero past the last column)
                         for r in range(rows):
-                            if by_tiles:  # at a constant offset from the chunk's index
-                                at = round_pairs + np.uint64(r * ROUND_PAIRS + e // 2 * THREADS)
-                            else:
-                                at = np.uint64(x_rows[r] + round_pairs + e // 2 * THREADS + t)
-                            pair = x_pairs[at]
+                            pair = x_pairs[np.uint64(x_rows[r] + round_pairs + e // 2 * THREADS + t)]
                             xs[2 * r] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))  # the first: low half
                             xs[2 * r + 1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
                     if not careful or c * CHUNK + e < columns:
                         for j in range(per_warp):
-                            w = weight(words, floats, j, e)  # dequantized here, used by every row of the tile
+                            w = weight(words, floats, j, e)  # converted here, used by every row of the tile
                             for r in range(rows):
                                 acc[r * per_warp + j] = fma_rn(w, xs[2 * r + e % 2], acc[r * per_warp + j])
         partial = cuda.shared.array((WARPS, accumulators, THREADS), np.float32)
@@ -339,122 +283,25 @@ def gemv_kernel(weight_format, rows, per_warp, gated=False):
     return gemv_tile_kernel
 
 
-def affine_row_kernel(bits, group_size, outputs_a_warp=ROW_OUTPUTS, chunks_a_step=ROW_STEP, gated=False):
-    """The one-row kernel for an affine format: each warp's `outputs_a_warp` outputs, `chunks_a_step` chunks of each
-    loaded as stored (codes, scale, bias) before any is used, each weight dequantized with fma_rn(scale, code, bias)
-    where it is multiplied. Affine weights have whole chunks (the column count is a multiple of the group size).
-
-    The loop is all loads, conversions and multiply-adds: each output's first word of codes and first group are
-    found once (`code_rows`, `group_rows`), so that a step's loads sit at constant offsets from one index an output,
-    and the steps whose chunks all exist (`step` with `careful` false) check nothing; the last step, which may
-    reach past the last chunk, is the same code with the checks (`careful` true, a constant the compiler folds)."""
-    words, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
-    chunks_per_group = group_size // CHUNK
-    assert THREADS % chunks_per_group == 0, "the chunks THREADS apart are whole groups apart"
-    groups_a_stride = THREADS // chunks_per_group  # groups between chunk c and chunk c + THREADS
-    step_chunks, step_words = outputs_a_warp * chunks_a_step, outputs_a_warp * chunks_a_step * words
-    pairs_a_chunk = CHUNK // 2  # x is read as uint64: two columns a load, the first in the low half
-    write_sums = tree_writer(1, outputs_a_warp, gated)
-
-    @cuda.jit(device=True)
-    def step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks, careful):
-        """Chunks c, c + THREADS, ..., c + (chunks_a_step - 1) * THREADS of each output: loaded, then multiplied. With
-        `careful`, a chunk past the last is loaded as the last one and not multiplied."""
-        first_group = np.uint64(c) // np.uint64(chunks_per_group)  # unsigned, so a shift
-        for j in range(outputs_a_warp):  # the step's chunks as stored
-            for i in range(chunks_a_step):
-                n = j * chunks_a_step + i
-                if careful:
-                    chunk = np.uint64(min(c + i * THREADS, chunks - 1))
-                    g = group_rows[j] + chunk // np.uint64(chunks_per_group)
-                    at = code_rows[j] + chunk * np.uint64(words)
-                else:  # constant offsets from the step's first chunk
-                    g = group_rows[j] + first_group + np.uint64(i * groups_a_stride)
-                    at = code_rows[j] + np.uint64(c * words) + np.uint64(i * THREADS * words)
-                scale[n], bias[n] = scales[g], biases[g]
-                for w in range(words):
-                    held[n * words + w] = packed[at + np.uint64(w)]
-        for i in range(chunks_a_step):
-            if not careful or c + i * THREADS < chunks:
-                pairs = np.uint64(c * pairs_a_chunk) + np.uint64(i * THREADS * pairs_a_chunk)
-                for e in range(CHUNK):
-                    if e % 2 == 0:  # columns e and e + 1, one load
-                        pair = x_pairs[pairs + np.uint64(e // 2)]
-                        xs[0] = f32_from_bits(np.uint32(pair & np.uint64(0xFFFFFFFF)))
-                        xs[1] = f32_from_bits(np.uint32(pair >> np.uint64(32)))
-                    value = xs[e % 2]
-                    for j in range(outputs_a_warp):
-                        n = j * chunks_a_step + i
-                        code = (held[n * words + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
-                        acc[j] = fma_rn(fma_rn(scale[n], np.float32(code), bias[n]), value, acc[j])
-
-    @kernel
-    def gemv_row_kernel(x_pairs, columns, packed, width, scales, biases, groups, y, rows_total, out_features, end1,
-                        end2, end3):
-        warp, t = cuda.threadIdx.x // THREADS, cuda.threadIdx.x % THREADS
-        base, count = warp_outputs(cuda.blockIdx.x * WARPS + warp, outputs_a_warp, out_features, gated)
-        acc = cuda.local.array(outputs_a_warp, np.float32)
-        held = cuda.local.array(step_words, np.uint32)  # chunk n = j * chunks_a_step + i: words held[n * words:]
-        scale = cuda.local.array(step_chunks, np.float32)  # chunk n's group's scale and bias
-        bias = cuda.local.array(step_chunks, np.float32)
-        code_rows = cuda.local.array(outputs_a_warp, np.uint64)  # where each output's codes start in `packed`
-        group_rows = cuda.local.array(outputs_a_warp, np.uint64)  # and its scales and biases (past the last: the last)
-        xs = cuda.local.array(2, np.float32)  # a pair of columns of x
-        for j in range(outputs_a_warp):
-            acc[j] = 0
-            output = np.uint64(slot_output(base, j, count, gated))
-            code_rows[j], group_rows[j] = output * np.uint64(width), output * np.uint64(groups)
-        if base < count:  # a warp past the last output only joins the tree
-            chunks = columns // CHUNK
-            interior = chunks - (chunks_a_step - 1) * THREADS  # a step from a chunk before this has every chunk
-            c = t
-            while c < interior:
-                step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks,
-                     False)
-                c += chunks_a_step * THREADS
-            if c < chunks:  # the last step reaches past the last chunk (which it reloads, and skips)
-                step(x_pairs, packed, scales, biases, code_rows, group_rows, held, scale, bias, xs, acc, c, chunks,
-                     True)
-        partial = cuda.shared.array((WARPS, outputs_a_warp, THREADS), np.float32)
-        write_sums(acc, partial, warp, t, base, 0, 1, y, rows_total, count, end1, end2, end3)
-
-    return gemv_row_kernel
-
-
 class GemvKernels:
-    """One weight format's GEMV kernels, compiled on first use: a tile kernel per tile of TILES, outputs a warp and
-    format constants, and for the affine formats (`row_kernel`) a one-row kernel per format constants."""
+    """One weight format's GEMV kernels, compiled on first use: a tile kernel per tile of TILES and gating."""
 
-    def __init__(self, weight_format, row_kernel=None, wide=False):
-        self.weight_format = weight_format  # (bits, group_size) -> the format's WeightFormat
-        self.row_kernel = row_kernel  # (bits, group_size, outputs a warp, chunks a step) -> its one-row kernel, or None
-        self.wide = wide  # whether a call with warps to spare takes WIDE_OUTPUTS outputs a warp (the affine formats)
-        self.shapes = {}  # (rows a block holds (0: the one-row kernel), outputs a warp, bits, group size, gated) ->
+    def __init__(self, weight_format):
+        self.weight_format = weight_format  # () -> the format's WeightFormat
+        self.shapes = {}  # (rows a block holds, gated) -> its kernel
 
-    def for_call(self, rows, out_features, bits, group_size, gated=False):
-        """(rows a block holds, outputs a warp, the kernel) for a call of `rows` rows; 0 rows a block is the one-row
-        kernel (x as it is), any other the tile kernel (x in pair walk order). `gated`: the kernel that writes
+    def for_call(self, rows, gated=False):
+        """(rows a block holds, the kernel) for a call of `rows` rows; `gated`: the kernel that writes
         SiLU(gate) * up (see `launch_gemv`)."""
         tile = min((tile for tile in TILES if tile >= rows), default=max(TILES))  # the least that holds them
-        if tile == 1 and self.row_kernel is not None:
-            tile, per_warp = 0, ROW_OUTPUTS if -(-out_features // ROW_OUTPUTS) >= ROW_WIDE_WARPS else NARROW_OUTPUTS
-        else:
-            tiles = -(-rows // tile)
-            spare = self.wide and -(-out_features // WIDE_OUTPUTS) * tiles >= WIDE_WARPS
-            per_warp = WIDE_OUTPUTS if spare else OUTPUTS
-        key = (tile, per_warp, bits, group_size, gated)
+        key = (tile, gated)
         if key not in self.shapes:
-            if tile == 0:
-                step = ROW_STEP if per_warp == ROW_OUTPUTS else NARROW_STEP
-                self.shapes[key] = self.row_kernel(bits, group_size, per_warp, step, gated)
-            else:
-                self.shapes[key] = gemv_kernel(self.weight_format(bits, group_size), tile, per_warp, gated)
-        return tile, per_warp, self.shapes[key]
+            self.shapes[key] = gemv_kernel(self.weight_format(), tile, OUTPUTS, gated)
+        return tile, self.shapes[key]
 
 
 gemv_f32_kernel = GemvKernels(f32_format)
 gemv_bf16_kernel = GemvKernels(bf16_format)
-gemv_affine_kernel = GemvKernels(affine_format, affine_row_kernel, wide=True)
 
 
 def launch_walk_x(x, tile, stream=0):
@@ -465,34 +312,26 @@ def launch_walk_x(x, tile, stream=0):
     return out
 
 
-def launch_gemv(kernels, x, out_features, *weight_args, stream=0, parts=None, gated=False):
-    """Run a format's GEMV (`kernels`: gemv_f32_kernel, gemv_bf16_kernel or gemv_affine_kernel) over the rows of the
-    device array x; `weight_args` are the weight (float formats) or (packed, scales, biases, bits, group_size).
+def launch_gemv(kernels, x, out_features, weight, stream=0, parts=None, gated=False):
+    """Run a format's GEMV (`kernels`: gemv_f32_kernel or gemv_bf16_kernel) over the rows of the device array x.
     Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a list of one
     array [rows, width] per part, each a contiguous piece of one output (no copy, whatever the row count); `gated`
     (a weight of gate rows, then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`swiglu`)."""
     if gated and x.shape[0] > GATED_ROWS:  # the GEMV in two parts, gate and up, then their product
-        gate, up = launch_gemv(kernels, x, out_features, *weight_args, stream=stream, parts=[out_features // 2] * 2)
+        gate, up = launch_gemv(kernels, x, out_features, weight, stream=stream, parts=[out_features // 2] * 2)
         return launch_elementwise(silu_mul_kernel, gate, up, stream=stream)
-    if len(weight_args) == 1:  # a float format: its weight stands in for the scales and biases it ignores
-        weight_args = (weight_args[0], weight_args[0], weight_args[0], 0, CHUNK)
-    data, scales, biases, bits, group_size = weight_args
-    assert group_size % CHUNK == 0, "the affine kernel needs a group size that is a multiple of CHUNK"
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMV has a gate for every up"
     rows = x.shape[0]
-    tile, per_warp, kernel_for_call = kernels.for_call(rows, out_features, bits, group_size, gated)
+    tile, kernel_for_call = kernels.for_call(rows, gated)
     y = cuda.device_array(rows * out_features // (2 if gated else 1), np.float32, stream=stream)
-    weight = (flat(data), data.shape[1], flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
-    blocks = -(-out_features // (WARPS * per_warp))
-    if tile:
-        walked = launch_walk_x(x, x_layout_tile(tile, per_warp), stream)  # read as uint64: two columns a load
-        kernel_for_call[(blocks, -(-rows // tile)), WARPS * THREADS, stream](flat(walked).view(np.uint64),
-                                                                            walked.shape[1], x.shape[1], *weight)
-    else:  # x as it is, read as uint64: two float32 columns a load, the first in the low half
-        kernel_for_call[blocks, WARPS * THREADS, stream](flat(x).view(np.uint64), x.shape[1], *weight)
+    blocks = -(-out_features // (WARPS * OUTPUTS))
+    walked = launch_walk_x(x, 1, stream)  # read as uint64: two columns a load
+    kernel_for_call[(blocks, -(-rows // tile)), WARPS * THREADS, stream](
+        flat(walked).view(np.uint64), walked.shape[1], x.shape[1], flat(weight), weight.shape[1], y, rows,
+        out_features, *ends)
     if parts is None:
         return y.reshape(rows, y.size // rows)
     starts = [0] + ends[:len(widths) - 1]

@@ -8,9 +8,9 @@
 
 Two kernels read them. The embedding looks rows up by token id: one thread per (row, column) of the output, the
 twins `weight[ids]`, `bf16_to_f32(bits[ids])` and `affine_rows(..., ids)` (numerics/formats.py). The GEMV
-(gemv.py) reads a weight a chunk of CHUNK columns at a time, through the formats below: it holds each chunk as
-stored and dequantizes each weight where it multiplies it, never materialising the float32 weight. MLX's group
-sizes (32, 64, 128) are multiples of CHUNK, so an affine chunk has one scale and one bias.
+(gemv.py) reads a float weight a chunk of CHUNK columns at a time, through the formats below, and widens each bf16
+weight where it multiplies it; affine weights go through the integer GEMM (gemm.py), which reads their codes
+whole.
 """
 import collections
 
@@ -85,24 +85,20 @@ def launch_embed(kernel, ids, in_features, *weight_args, stream=0):
 
 # --- the formats the GEMV's tile kernel holds a chunk in ----------------------------------------------------------
 # A format says what a warp holds of a chunk as stored (`hold`) and how column e's float32 weight comes out of it
-# (`weight`): a weight is dequantized where the kernel multiplies it, once a tile, and a chunk of 4-bit codes costs
-# one word and a scale and bias in registers, not CHUNK floats an output.
-# `*_format(bits, group_size)` builds a format's pair with its constants and returns a `WeightFormat`:
-# `hold(data, scales, biases, row, group_row, chunk, columns, words, floats, j, careful)` puts an output's chunk into
-# words[j * WORDS:] (uint32) and floats[j * FLOATS:] (float32); `weight(words, floats, j, e)` is column e's weight.
-# `data` is the flat weight, the output's row starting at `row`; `scales` and `biases` are flat [out * groups], its
-# groups starting at `group_row` (the float formats ignore them); `row`, `group_row` and `chunk` are unsigned (the
-# kernel finds an output's rows once, and a chunk's group is then a shift). `careful`: the chunk may reach past the
-# last column, whose weight is then reloaded (nothing adds it).
-# `whole_chunks`: the format's column counts are multiples of CHUNK, so its kernels compile without any check.
+# (`weight`): a bf16 weight is widened where the kernel multiplies it, once a tile.
+# `*_format()` returns a `WeightFormat`: `hold(data, row, chunk, columns, words, floats, j, careful)` puts an
+# output's chunk into words[j * WORDS:] (uint32) and floats[j * FLOATS:] (float32); `weight(words, floats, j, e)`
+# is column e's weight. `data` is the flat weight, the output's row starting at `row`; `row` and `chunk` are
+# unsigned (the kernel finds an output's row once). `careful`: the chunk may reach past the last column, whose
+# weight is then reloaded (nothing adds it).
 
-WeightFormat = collections.namedtuple("WeightFormat", "words floats hold weight whole_chunks")
+WeightFormat = collections.namedtuple("WeightFormat", "words floats hold weight")
 
 
-def f32_format(bits, group_size):
+def f32_format():
     """float32 as stored: the chunk's CHUNK floats."""
     @cuda.jit(device=True)
-    def hold(weight, scales, biases, row, group_row, chunk, columns, words, floats, j, careful):
+    def hold(weight, row, chunk, columns, words, floats, j, careful):
         for e in range(CHUNK):
             column = chunk * np.uint64(CHUNK) + np.uint64(e)
             if careful:
@@ -112,13 +108,13 @@ def f32_format(bits, group_size):
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
         return floats[j * CHUNK + e]
-    return WeightFormat(1, CHUNK, hold, weight, whole_chunks=False)  # (its one word a chunk unused)
+    return WeightFormat(1, CHUNK, hold, weight)  # (its one word a chunk unused)
 
 
-def bf16_format(bits, group_size):
+def bf16_format():
     """bf16: the chunk's CHUNK stored 16 bits, each widened to float32 where it is used, exactly."""
     @cuda.jit(device=True)
-    def hold(weight_bits, scales, biases, row, group_row, chunk, columns, words, floats, j, careful):
+    def hold(weight_bits, row, chunk, columns, words, floats, j, careful):
         for e in range(CHUNK):
             column = chunk * np.uint64(CHUNK) + np.uint64(e)
             if careful:
@@ -128,26 +124,4 @@ def bf16_format(bits, group_size):
     @cuda.jit(device=True)
     def weight(words, floats, j, e):
         return bf16_bits_to_f32(words[j * CHUNK + e])
-    return WeightFormat(CHUNK, 1, hold, weight, whole_chunks=False)
-
-
-def affine_format(bits, group_size):
-    """MLX affine: the chunk's words of codes (1 for 4-bit, 2 for 8-bit) and its group's scale and bias; column e's
-    weight is fma_rn(scale, code, bias) (a code is a small integer: exact as float32). A group size is a multiple
-    of CHUNK, so a chunk has one group and never reaches past the last column."""
-    words_a_chunk, per_word, mask = CHUNK * bits // 32, 32 // bits, np.uint32((1 << bits) - 1)
-    chunks_per_group = group_size // CHUNK
-
-    @cuda.jit(device=True)
-    def hold(packed, scales, biases, row, group_row, chunk, columns, words, floats, j, careful):
-        g = group_row + chunk // np.uint64(chunks_per_group)
-        floats[2 * j], floats[2 * j + 1] = scales[g], biases[g]
-        for w in range(words_a_chunk):
-            words[j * words_a_chunk + w] = packed[row + chunk * np.uint64(words_a_chunk) + np.uint64(w)]
-
-    @cuda.jit(device=True)
-    def weight(words, floats, j, e):  # element e of a word sits at bit bits * e
-        code = (words[j * words_a_chunk + e // per_word] >> np.uint32(bits * (e % per_word))) & mask
-        return fma_rn(floats[2 * j], np.float32(code), floats[2 * j + 1])
-    return WeightFormat(words_a_chunk, 2, hold, weight, whole_chunks=True)
-
+    return WeightFormat(CHUNK, 1, hold, weight)  # (its one float a chunk unused)

@@ -49,18 +49,11 @@ def device_seconds(backend, launch, repeats: int) -> float:
 
 
 def gemv_bandwidth(backend, name: str, weight, repeats: int) -> dict:
-    """The affine GEMV kernel alone on one weight for one row: bytes of codes, scales and biases over its time."""
-    from tensorfold.serve.memory import on_gpu
+    """The backend's GEMV alone on one weight for one row: bytes of codes, scales and biases over its time."""
     x = backend.upload(np.random.default_rng(0).normal(size=(1, weight.in_features)).astype(np.float32))
-    if on_gpu(backend):
-        from tensorfold.cuda import gemv
 
-        def launch():
-            gemv.launch_gemv(gemv.gemv_affine_kernel, x, weight.out_features, weight.data, weight.scales,
-                             weight.biases, weight.bits, weight.group_size, stream=backend.stream)
-    else:
-        def launch():
-            backend.linear(x, weight)
+    def launch():
+        backend.linear(x, weight)
     seconds = device_seconds(backend, launch, repeats)
     return {"weight": name, "shape": [weight.out_features, weight.in_features], "bytes": weight.nbytes,
             "seconds": seconds, "bytes_per_s": weight.nbytes / seconds}
