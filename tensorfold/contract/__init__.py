@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-FAMILIES = ("fmath", "weights", "gemv", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "argmax",
+FAMILIES = ("fmath", "weights", "gemv", "gemm", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "argmax",
             "sampling", "topk")
 
 

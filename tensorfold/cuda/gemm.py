@@ -329,20 +329,29 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
     list of one array [rows, width] per part, each a contiguous piece of one output; `gated` (a weight of gate rows,
     then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`swiglu`)."""
     rows, columns = x.shape
+    words, row_halves, _ = kernel_shape(rows, bits, group_size, columns)
+    rows_pad = -(-rows // (8 * row_halves)) * 8 * row_halves
+    quantized = launch_quantize(x, bits, group_size, words, rows_pad, stream)
+    return launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream, parts,
+                           gated)
+
+
+def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
+                    gated=False):
+    """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`)."""
+    digits, exponents, sums = quantized
+    columns, rows_pad = digits.shape[2], digits.shape[1]
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
-    tile_rows = 8 * row_halves
-    rows_pad = -(-rows // tile_rows) * tile_rows
-    digits, exponents, sums = launch_quantize(x, bits, group_size, words, rows_pad, stream)
     count = out_features // 2 if gated else out_features
     output_tiles = -(-count // 8)
     warps = -(-output_tiles // (tiles // 2 if gated else tiles))
     y = cuda.device_array(rows * count, np.float32, stream=stream)
     gemm_kernel(bits, group_size, words, row_halves, tiles, gated)[
-        (-(-warps // WARPS), rows_pad // tile_rows), WARPS * 32, stream](
+        (-(-warps // WARPS), rows_pad // (8 * row_halves)), WARPS * 32, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
         flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
     if parts is None:

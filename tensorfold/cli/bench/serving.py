@@ -158,6 +158,8 @@ def add_parser(commands) -> None:
     add_local(kinds)
     from tensorfold.cli.bench.drafter import add_parser as add_drafter
     add_drafter(kinds)
+    from tensorfold.cli.bench.gemm import add_parser as add_gemm
+    add_gemm(kinds)
 
 
 def run(args) -> int:

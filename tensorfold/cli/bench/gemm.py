@@ -1,0 +1,120 @@
+"""`tensorfold bench gemm`: the exact-integer GEMM (tensorfold/cuda/gemm.py) alone, on random MLX affine weights of
+every projection of a Qwen3.5 size and its head, at several row counts, beside the float32 walk (gemv.py) at the
+same shapes and a device-to-device copy's bandwidth measured in the same run.
+
+Each shape's weight bytes (codes, scales and biases) over a call's time is its effective bandwidth; 2 * rows *
+outputs * K over the time its TOPS-equivalent (a multiply-add per weight and row counted as 2). On a GPU the calls
+are timed between events, queued behind a kernel that holds the stream; without one, the twins by wall clock.
+"""
+import functools
+import json
+import time
+import warnings
+
+import numpy as np
+
+from tensorfold.cli.bench.checkpoint import CONFIG_NAMES, bench_config
+from tensorfold.cli.bench.timing import hold_kernel
+
+
+def projections(config) -> list:
+    """(name, outputs, K, parts, gated) of each GEMM a layer makes, its stacked projections as one, and the head."""
+    c = config
+    key, value = c.linear_num_key_heads * c.linear_key_head_dim, c.linear_num_value_heads * c.linear_value_head_dim
+    heads = c.linear_num_value_heads
+    attention = c.num_attention_heads * c.head_dim
+    return [("linear_attn.in_proj (qkv, z, b, a)", 2 * key + 2 * value + 2 * heads, c.hidden_size,
+             (2 * key + value, value, heads, heads), False),
+            ("linear_attn.out_proj", c.hidden_size, value, None, False),
+            ("self_attn.q/k/v_proj", 2 * attention + 2 * c.num_key_value_heads * c.head_dim, c.hidden_size,
+             (2 * attention, c.num_key_value_heads * c.head_dim, c.num_key_value_heads * c.head_dim), False),
+            ("self_attn.o_proj", c.hidden_size, attention, None, False),
+            ("mlp.gate/up_proj (gated)", 2 * c.intermediate_size, c.hidden_size, None, True),
+            ("mlp.down_proj", c.hidden_size, c.intermediate_size, None, False),
+            ("lm_head", c.vocab_size, c.hidden_size, None, False)]
+
+
+def event_seconds(cuda, launch, repeats: int) -> float:
+    """Device seconds per call of `launch`, the calls queued behind a hold so that they run back to back."""
+    launch()
+    cuda.synchronize()
+    start, end = cuda.event(), cuda.event()
+    with cuda.current_context().deallocations.disable(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hold_kernel()[1, 1, 0](20_000)
+        start.record()
+        for _ in range(repeats):
+            launch()
+        end.record()
+        end.synchronize()
+    return cuda.event_elapsed_time(start, end) / 1000 / repeats
+
+
+def wall_seconds(launch, repeats: int) -> float:
+    launch()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        launch()
+    return (time.perf_counter() - started) / repeats
+
+
+def run(args) -> int:
+    from numba import cuda
+
+    from tensorfold.contract.gemm import random_affine
+    from tensorfold.cuda import gemm, gemv
+    from tensorfold.device import SIMULATED
+    on_gpu = cuda.is_available() and not SIMULATED
+    rng = np.random.default_rng(args.seed)
+    results = {"config": args.config, "bits": args.bits, "group_size": args.group_size, "gpu": on_gpu, "shapes": []}
+    if on_gpu:
+        source = cuda.device_array(args.copy_mib << 18, np.float32)
+        target = cuda.device_array(args.copy_mib << 18, np.float32)
+        results["copy_bytes_per_s"] = 2 * source.nbytes / event_seconds(cuda, lambda: target.copy_to_device(source),
+                                                                          20)
+        print(f"copy: {results['copy_bytes_per_s'] / 1e9:,.0f} GB/s (read + write)", flush=True)
+    for name, outs, columns, parts, gated in projections(bench_config(args.config)):
+        packed, scales, biases = random_affine(rng, outs, columns, args.bits, args.group_size)
+        nbytes = packed.nbytes + scales.nbytes + biases.nbytes
+        weight = [cuda.to_device(a) for a in (packed, scales, biases)] if on_gpu else [packed, scales, biases]
+        for rows in args.rows:
+            x = rng.normal(size=(rows, columns)).astype(np.float32)
+            options = {"parts": parts, "gated": gated}
+            if on_gpu:
+                d_x = cuda.to_device(x)
+                call = functools.partial(gemm.launch_gemm, d_x, outs, *weight, args.bits, args.group_size, **options)
+                seconds = event_seconds(cuda, call, args.repeats)
+                walk_call = functools.partial(gemv.launch_gemv, gemv.gemv_affine_kernel, d_x, outs, *weight,
+                                              args.bits, args.group_size, **options)
+                walk = event_seconds(cuda, walk_call, args.repeats) if rows <= args.walk_rows else None
+            else:
+                seconds = wall_seconds(functools.partial(gemm.gemm_affine, x, *weight, args.bits, args.group_size), 1)
+                walk = None
+            row = {"projection": name, "rows": rows, "outputs": outs, "columns": columns, "bytes": nbytes,
+                   "seconds": seconds, "bytes_per_s": nbytes / seconds, "tops": 2 * rows * outs * columns / seconds / 1e12,
+                   "walk_seconds": walk}
+            if on_gpu:
+                row["of_copy"] = row["bytes_per_s"] / results["copy_bytes_per_s"]
+            results["shapes"].append(row)
+            walk_text = f"; walk {walk * 1e6:8.1f} us" if walk else ""
+            share = f" ({row['of_copy']:.0%} of copy)" if on_gpu else ""
+            print(f"{name:36s} {outs:6d}x{columns:<5d} rows {rows:4d}: {seconds * 1e6:9.1f} us, "
+                  f"{row['bytes_per_s'] / 1e9:7.0f} GB/s{share}, {row['tops']:6.1f} TOPS{walk_text}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+def add_parser(kinds) -> None:
+    p = kinds.add_parser("gemm", help="the exact-integer GEMM alone on every projection of a Qwen3.5 size")
+    p.add_argument("--config", default="2B", choices=CONFIG_NAMES, help="the Qwen3.5 size (tiny: a test config)")
+    p.add_argument("--bits", type=int, default=4, choices=(4, 8))
+    p.add_argument("--group-size", type=int, default=64)
+    p.add_argument("--rows", type=lambda s: [int(r) for r in s.split(",")], default=[1, 4, 16, 64, 512])
+    p.add_argument("--walk-rows", type=int, default=16, help="time the float32 walk up to this many rows")
+    p.add_argument("--repeats", type=int, default=20, help="calls timed together")
+    p.add_argument("--copy-mib", type=int, default=1024, help="size of the array copied for the bandwidth bar")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.set_defaults(run=run)
