@@ -51,7 +51,8 @@ def test_affine_dequantization_follows_the_mlx_layout():
 
 @pytest.mark.parametrize("fmt", ["mlx4", "mlx8"])
 def test_mlx_checkpoint_equals_its_dequantized_weights(tmp_path, fmt):
-    """The MLX file and its weights dequantized into an f32 HF checkpoint give the same logits bytes."""
+    """The MLX file and its weights dequantized into an f32 HF checkpoint give the same logits, within the rounding
+    of x's fixed point in the integer GEMM (the f32 checkpoint takes the float32 walk): the reference tests' bar."""
     from tensorfold.model.tiny import make_tiny
     make_tiny(tmp_path / "mlx", seed=3, fmt=fmt)
     quantized = tensorfold.load(str(tmp_path / "mlx"), backend="numpy")
@@ -61,11 +62,15 @@ def test_mlx_checkpoint_equals_its_dequantized_weights(tmp_path, fmt):
                      tokenizer_from=quantized.path)
     dense = tensorfold.load(str(tmp_path / "dense"), backend="numpy")
     ids = ids_for(dense)
-    assert quantized.logits(ids).tobytes() == dense.logits(ids).tobytes()
-    # Control: one weight's groups read with a wrong group index must change the logits.
+    expected = dense.logits(ids)
+
+    def close(logits):
+        return np.abs(logits - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert close(quantized.logits(ids))
+    # Control: one weight's groups read with a wrong group index must move the logits past the bar.
     w = quantized.net.weights["layers.1.mlp.down_proj.weight"]
     w.scales = np.roll(w.scales, 1, axis=1)
-    assert quantized.logits(ids).tobytes() != dense.logits(ids).tobytes()
+    assert not close(quantized.logits(ids))
 
 
 def test_mlx_stays_packed(tiny_hf, tiny_mlx4):
