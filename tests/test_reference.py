@@ -30,6 +30,22 @@ def test_logits_match_transformers(checkpoints, name):
         assert error <= TOLERANCE, f"{name}, {n} tokens: relative error {error:.2e}"
 
 
+@pytest.mark.parametrize("fmt", ["mlx4", "mlx8"])
+def test_affine_logits_match_transformers_on_the_dequantized_weights(tmp_path, fmt):
+    """An MLX checkpoint (its linear layers through the exact integer GEMM) against transformers on the same weights
+    dequantized into a float32 checkpoint: the same bar as the float checkpoints."""
+    from tensorfold.model.tiny import make_tiny
+    from tensorfold.model.writer import dense_tensors, write_checkpoint
+    make_tiny(tmp_path / "mlx", seed=5, fmt=fmt)
+    model = tensorfold.load(str(tmp_path / "mlx"), backend="numpy")
+    write_checkpoint(tmp_path / "dense", model.config, dense_tensors(model.net.weights), "hf-f32",
+                     tokenizer_from=model.path)
+    ids = np.random.default_rng(2).integers(0, model.config.vocab_size, max(PROMPT_LENGTHS))
+    for n in PROMPT_LENGTHS:
+        error = relative_error(model.logits(ids[:n]), reference_logits(str(tmp_path / "dense"), ids[:n]))
+        assert error <= TOLERANCE, f"{fmt}, {n} tokens: relative error {error:.2e}"
+
+
 @pytest.mark.parametrize("mistake", ["plain norm weight", "gate/query order", "tiled head sharing"])
 def test_reference_catches_planted_mistakes(checkpoints, mistake):
     """Controls: the mistakes the spec warns about each move the logits far past the tolerance."""
