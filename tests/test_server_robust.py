@@ -88,7 +88,7 @@ def test_sigterm_drains_and_exits(tiny_hf):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", "import sys; from tensorfold.cli.main import serve_main; "
                                "sys.exit(serve_main(sys.argv[1:]))", "--model", tiny_hf, "--port", str(port),
-                               "--backend", "numpy", "--context", "512"],
+                               "--backend", "numpy", "--context", "512", "--shutdown-grace", "1"],
                               stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
         url = f"http://127.0.0.1:{port}"
@@ -103,7 +103,8 @@ def test_sigterm_drains_and_exits(tiny_hf):
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0
         log = server.stderr.read()
-        assert "serving  " in log and "stopped  after 1 requests" in log
+        assert "serving  " in log and "draining" in log and "stopped  after 1 requests" in log
+        assert "Traceback" not in log and "CancelledError" not in log
     finally:
         if server.poll() is None:
             server.kill()
