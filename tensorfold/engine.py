@@ -212,12 +212,15 @@ class Engine:
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._running = False
+        self.failure: BaseException | None = None  # what stopped the engine thread, if anything did
 
     # --- requests ---------------------------------------------------------------------------------------------
 
     def submit(self, prompt, params: SamplingParams | None = None, listener=None) -> Request:
         """Queue a request; refused at once (TensorfoldError) if it cannot run. `listener`, if given, is called
         from the engine thread with every token and finally with FINISHED."""
+        if self.failure is not None:
+            raise TensorfoldError(f"the engine has stopped: {self.failure!r}")
         params = params or SamplingParams()
         params.check()
         prompt = check_prompt(prompt, self.model.config.vocab_size)
@@ -259,13 +262,16 @@ class Engine:
                 logits, starts = self.graphs.run(windows)  # forward and keep, replayed; `keep(1)` below only counts
             else:
                 logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)
+            draws = self._draws(streams, windows, logits, starts)
         except Exception as error:  # noqa: BLE001 (a failed round ends its streams with the error; they serve on)
             for stream in streams:
-                stream.request.error = error
-                self._finish(stream, "error")
+                self._finish(stream, "error", error)
             return True
-        for stream, window, draw in zip(streams, windows, self._draws(streams, windows, logits, starts)):
-            self._after(stream, window, draw)
+        for stream, window, draw in zip(streams, windows, draws):
+            try:
+                self._after(stream, window, draw)
+            except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
+                self._finish(stream, "error", error)
         self.rounds += 1
         return True
 
@@ -275,9 +281,9 @@ class Engine:
 
         The draws of the whole round are made in one backend call, on the device when the backend has one, and only
         the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
-        position it has if the walk reaches it. A request with penalties or logprobs needs the logits on the host
-        (the penalties follow the tokens emitted so far), so its rows are drawn there, one at a time, as the walk
-        reaches them. A prompt chunk that does not end the prompt draws nothing."""
+        position it has if the walk reaches it. A request with penalties or logprobs (which follow the tokens
+        emitted so far) draws on the host, a row at a time as the walk reaches it. A prompt chunk that does not end
+        the prompt draws nothing."""
         draws, batch = [None] * len(streams), []
         for s, (stream, window) in enumerate(zip(streams, windows)):
             request, p = stream.request, stream.request.params
@@ -427,12 +433,13 @@ class Engine:
             return False
         return True
 
-    def _finish(self, stream: Stream, reason: str) -> None:
+    def _finish(self, stream: Stream, reason: str, error: Exception | None = None) -> None:
         with self._lock:
             if stream in self.active:
                 self.active.remove(stream)
-        stream.request.finish_reason = reason
-        stream.request._put(FINISHED)
+        if stream.request.finish_reason is None:  # once: a stream that fails after its end keeps that end
+            stream.request.finish_reason, stream.request.error = reason, error
+            stream.request._put(FINISHED)
 
     # --- the engine thread --------------------------------------------------------------------------------------
 
@@ -443,20 +450,27 @@ class Engine:
         self._thread.start()
 
     def _loop(self) -> None:
-        while self._running:
+        try:
+            while self._running:
+                with self._lock:
+                    while self._running and not self.waiting and not self.active:
+                        self._lock.wait()
+                if self._running:
+                    self.run_round()
+        except BaseException as error:  # what a round could not isolate: end every request, refuse new ones
+            self.failure = error
             with self._lock:
-                while self._running and not self.waiting and not self.active:
-                    self._lock.wait()
-            if self._running:
-                self.run_round()
+                self._running, ended, self.waiting = False, self.active + [Stream(r, None) for r in self.waiting], []
+            for stream in ended:
+                self._finish(stream, "error", error)
+            raise
 
     def stop(self, cancel: bool = True) -> None:
         """Stop the thread; with `cancel`, end every waiting and active request as cancelled first."""
         with self._lock:
             if cancel:
                 for request in self.waiting:
-                    request.finish_reason = "cancelled"
-                    request._put(FINISHED)
+                    self._finish(Stream(request, None), "cancelled")
                 self.waiting.clear()
                 for stream in self.active:
                     stream.request.cancel()

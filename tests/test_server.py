@@ -196,12 +196,13 @@ def test_disconnect_frees_the_lane(served):
     assert not served.server.engine.active
 
 
-def test_api_key_and_full_queue(tiny_model):
-    running = Running(Server(Engine(tiny_model, parallel=1, context=256), "tiny", api_key="sesame", max_queue=0))
+def test_api_key_and_full_queue(tiny_model, monkeypatch):
+    running = Running(Server(Engine(tiny_model, parallel=1, context=256), "tiny", api_key="sesame", max_queue=2))
     try:
         assert httpx.post(running.url + "/v1/completions", json={"prompt": "x"}).status_code == 401
         with pytest.raises(openai.AuthenticationError):
             running.client(api_key="wrong").completions.create(model="tiny", prompt="x")
+        monkeypatch.setattr(Engine, "queue_depth", property(lambda engine: 2))  # a queue already full
         reply = httpx.post(running.url + "/v1/completions", json={"prompt": "x"},
                            headers={"authorization": "Bearer sesame"})
         assert reply.status_code == 429 and reply.headers["retry-after"] == "1"

@@ -8,24 +8,33 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import json
+import logging
 import time
 import uuid
 
-import jinja2
 import numpy as np
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from tensorfold.engine import FINISHED
 from tensorfold.errors import TensorfoldError
+from tensorfold.serve import protocol
 from tensorfold.serve.metrics import Metrics
 from tensorfold.serve.output import ChatOutput, TextOutput
 from tensorfold.serve.protocol import APIError, read_generation, read_ids, read_messages, read_prompt
+from tensorfold.serve.tokens import TokenBytes, encode
 
 MAX_BODY_BYTES = 4 << 20
+DISCONNECT_CHECK = 0.05  # seconds between checks that a client is still there: a lane is freed within this
+KEEPALIVE = 15.0  # seconds of silence on a stream (a long prompt) before a keep-alive comment
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no cache or proxy holds the events back
+log = logging.getLogger("tensorfold.serve")
 
 
 def token_sha256(ids) -> str:
@@ -72,11 +81,17 @@ class Choice:
 class Server:
     """The routes and their shared state: engine, model, names, limits and metrics."""
 
-    def __init__(self, engine, served_model_name: str, api_key: str | None = None, max_queue: int = 64):
+    def __init__(self, engine, served_model_name: str, api_key: str | None = None, max_queue: int = 64,
+                 allowed_origins=(), keepalive: float = KEEPALIVE):
+        if api_key is not None and not api_key:
+            raise TensorfoldError("the API key is empty: give a key, or none to serve without one")
         self.engine, self.model = engine, engine.model
         self.name, self.api_key, self.max_queue = served_model_name, api_key, max_queue
+        self.allowed_origins, self.keepalive = list(allowed_origins), keepalive
         self.metrics = Metrics()
+        self.token_bytes = TokenBytes(self.model.tokenizer)
         self.ready, self.draining = False, False
+        self.open_requests = 0  # generation requests whose answer has not been sent in full
         self.created = int(time.time())
 
     @contextlib.asynccontextmanager
@@ -97,7 +112,9 @@ class Server:
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                   Route("/tokenize", self.tokenize, methods=["POST"]),
                   Route("/detokenize", self.detokenize, methods=["POST"])]
-        return Starlette(routes=routes, lifespan=self.lifespan,
+        middleware = [Middleware(CORSMiddleware, allow_origins=self.allowed_origins, allow_methods=["GET", "POST"],
+                                 allow_headers=["authorization", "content-type"])] if self.allowed_origins else []
+        return Starlette(routes=routes, lifespan=self.lifespan, middleware=middleware,
                          exception_handlers={APIError: self.api_error, 404: self.not_found, 405: self.not_allowed})
 
     # --- plumbing ------------------------------------------------------------------------------------------------
@@ -115,35 +132,49 @@ class Server:
                             status_code=405)
 
     async def body(self, request: Request) -> dict:
-        """The JSON object of a POST, after the auth and size checks."""
+        """The JSON object of a POST, after the auth, state, media type and size checks."""
         self.check_auth(request)
-        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
-            raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
-            raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        self.check_serving()
+        media, _, options = request.headers.get("content-type", "").partition(";")
+        charset = options.strip().lower().removeprefix("charset=").strip('"') if "charset" in options else "utf-8"
+        if media.strip().lower() != "application/json" or charset not in ("utf-8", "utf8"):
+            raise APIError(415, "send the body as JSON in UTF-8, with 'Content-Type: application/json'")
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise APIError(400, f"the body is not valid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise APIError(400, "the body must be a JSON object")
+            declared = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            raise APIError(400, "the Content-Length header is not a number") from None
+        if declared > MAX_BODY_BYTES:
+            raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        raw = bytearray()
+        async for part in request.stream():  # counted as it arrives: a chunked body is refused once too long
+            raw += part
+            if len(raw) > MAX_BODY_BYTES:
+                raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        body = protocol.parse_body(bytes(raw))
         model = body.get("model")
         if model is not None and model != self.name:
             raise APIError(404, f"The model `{model}` does not exist.", "model")
-        if self.draining:
-            raise APIError(503, "the server is shutting down")
         return body
 
+    def check_serving(self) -> None:
+        if self.draining:
+            raise APIError(503, "the server is shutting down")
+        if self.engine.failure is not None:
+            raise APIError(503, f"the engine has stopped: {self.engine.failure!r}")
+
     def check_auth(self, request: Request) -> None:
-        if self.api_key and request.headers.get("authorization") != f"Bearer {self.api_key}":
+        if self.api_key is None:
+            return
+        given = request.headers.get("authorization", "").encode("latin-1")  # the bytes sent
+        if not hmac.compare_digest(given, f"Bearer {self.api_key}".encode()):
             raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
 
     # --- simple routes ---------------------------------------------------------------------------------------------
 
     async def health(self, request):
-        if not self.ready or self.draining:
-            return JSONResponse(APIError(503, "loading" if not self.ready else "draining").body(), status_code=503)
+        if not self.ready or self.draining or self.engine.failure is not None:
+            state = "loading" if not self.ready else "draining" if self.draining else "the engine has stopped"
+            return JSONResponse(APIError(503, state).body(), status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def prometheus(self, request):
@@ -153,14 +184,14 @@ class Server:
         self.check_auth(request)
         return JSONResponse({"object": "list", "data": [{
             "id": self.name, "object": "model", "created": self.created, "owned_by": "tensorfold",
-            "root": self.model.path, "max_model_len": self.engine.context}]})
+            "root": self.name, "max_model_len": self.engine.context}]})
 
     async def tokenize(self, request):
         body = await self.body(request)
         if "messages" in body:
-            ids = self.render_chat(body)[0]
+            ids = (await asyncio.to_thread(self.render_chat, body))[0]
         else:
-            ids = self.prompt_ids(body)
+            ids = await asyncio.to_thread(self.prompt_ids, body)
         return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": self.engine.context})
 
     async def detokenize(self, request):
@@ -175,28 +206,27 @@ class Server:
 
     def prompt_ids(self, body) -> list:
         prompt = read_prompt(body, self.model.config.vocab_size)
-        return self.model.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+        return encode(self.model.tokenizer, prompt) if isinstance(prompt, str) else prompt
 
     def render_chat(self, body) -> tuple:
         """(prompt ids, whether the prompt opened a think block) for a chat request."""
-        messages = read_messages(body)
-        kwargs = body.get("chat_template_kwargs") or {}
+        messages, kwargs = read_messages(body), protocol.read_template_kwargs(body)
         tools = body.get("tools")
-        if not isinstance(kwargs, dict):
-            raise APIError(400, "chat_template_kwargs must be an object", "chat_template_kwargs")
         if tools is not None and not (isinstance(tools, list) and tools and all(isinstance(t, dict) for t in tools)):
             raise APIError(400, "tools must be a non-empty list of tool objects", "tools")
         try:
             text = self.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                                            **{k: v for k, v in kwargs.items() if k != "messages"})
-        except jinja2.TemplateError as e:
-            raise APIError(400, f"the chat template refused these messages: {e}", "messages") from None
-        except TensorfoldError as e:
-            raise APIError(400, str(e), "messages") from None
-        return self.model.tokenizer.encode(text), text.rstrip().endswith("<think>")
+                                                            **kwargs)
+        except Exception as e:  # noqa: BLE001 (the template compiled at load: what fails now is these messages)
+            message = getattr(e, "message", None) or str(e)
+            raise APIError(400, f"the chat template refused these messages: {message}", "messages") from None
+        return encode(self.model.tokenizer, text), text.rstrip().endswith("<think>")
 
     def submit(self, ids, generation, events, loop) -> list:
         """Submit one engine request per choice; engine events arrive on `events` as (choice index, item)."""
+        self.check_serving()  # again: a drain may have begun while the prompt was being tokenized
+        if generation.n > self.max_queue:
+            raise APIError(400, f"n ({generation.n}) is more than the queue holds ({self.max_queue})", "n")
         if self.engine.queue_depth + generation.n > self.max_queue:
             raise APIError(429, f"the queue is full ({self.max_queue} requests waiting); retry shortly")
         choices = []
@@ -214,17 +244,28 @@ class Server:
         self.metrics.add("prompt_tokens_total", len(ids) * len(choices))
         return choices
 
-    async def events(self, choices, events, http_request):
-        """Yield (choice, token or FINISHED) until every choice has finished; cancel all on disconnect."""
+    async def events(self, choices, events, http_request, keepalive: float | None = None):
+        """Yield (choice, token or FINISHED) until every choice has finished, and (None, None) after each
+        `keepalive` seconds without an event; cancel all when the client disconnects."""
         open_choices = len(choices)
+        checked = quiet = time.monotonic()
         try:
             while open_choices:
                 try:
-                    index, item = await asyncio.wait_for(events.get(), timeout=0.5)
+                    index, item = await asyncio.wait_for(events.get(), timeout=DISCONNECT_CHECK)
                 except TimeoutError:
+                    index = None
+                now = time.monotonic()
+                if now - checked >= DISCONNECT_CHECK:  # also while tokens flow, for answers sent at the end
+                    checked = now
                     if await http_request.is_disconnected():
                         return
+                if index is None:
+                    if keepalive is not None and now - quiet >= keepalive:
+                        quiet = now
+                        yield None, None
                     continue
+                quiet = now
                 choice = choices[index]
                 if item is FINISHED:
                     open_choices -= 1
@@ -239,6 +280,7 @@ class Server:
         """A round that failed inside the engine (never bad input: that is refused before) is a 500."""
         for choice in choices:
             if choice.request.error is not None:
+                log.error("the engine failed on a request", exc_info=choice.request.error)
                 self.metrics.add("request_errors_total")
                 raise APIError(500, f"the engine failed on this request: {choice.request.error!r}",
                                kind="InternalServerError")
@@ -275,8 +317,8 @@ class Server:
             return self.model.tokenizer.decode([token])
 
         if chat:
-            return {"content": [{"token": piece(t), "logprob": lp, "bytes": list(piece(t).encode()),
-                                 "top_logprobs": [{"token": piece(i), "logprob": v, "bytes": list(piece(i).encode())}
+            return {"content": [{"token": piece(t), "logprob": lp, "bytes": self.token_bytes(t),
+                                 "top_logprobs": [{"token": piece(i), "logprob": v, "bytes": self.token_bytes(i)}
                                                   for i, v in top]}
                                 for t, (lp, top) in zip(ids, entries)]}
         return {"tokens": [piece(t) for t in ids], "token_logprobs": [lp for lp, _ in entries],
@@ -290,14 +332,15 @@ class Server:
 
     async def completions(self, http_request):
         body = await self.body(http_request)
-        ids = self.prompt_ids(body)
+        ids = await asyncio.to_thread(self.prompt_ids, body)
         generation = read_generation(body, default_max_tokens=16, chat=False)
         return await self.generate(http_request, ids, generation, chat=None)
 
     async def chat_completions(self, http_request):
         body = await self.body(http_request)
-        ids, thinking = self.render_chat(body)
-        generation = read_generation(body, default_max_tokens=max(1, self.engine.context - len(ids)), chat=True)
+        ids, thinking = await asyncio.to_thread(self.render_chat, body)
+        room = max(1, self.engine.context - len(ids))
+        generation = read_generation(body, default_max_tokens=min(protocol.DEFAULT_CHAT_MAX_TOKENS, room), chat=True)
         return await self.generate(http_request, ids, generation, chat=thinking)
 
     async def generate(self, http_request, ids, generation, chat):
@@ -311,7 +354,15 @@ class Server:
         head = {"id": reply_id, "created": int(time.time()), "model": self.name}
         if generation.stream:
             return StreamingResponse(self.stream(http_request, ids, generation, choices, events, head, started),
-                                     media_type="text/event-stream")
+                                     media_type="text/event-stream", headers=SSE_HEADERS)
+        self.open_requests += 1
+        try:
+            return await self.answer(http_request, ids, generation, choices, events, head, started, chat)
+        finally:
+            self.open_requests -= 1
+
+    async def answer(self, http_request, ids, generation, choices, events, head, started, chat):
+        """The JSON answer of a request that does not stream."""
         async for choice, token in self.events(choices, events, http_request):
             if token is not FINISHED:
                 choice.push(token)
@@ -340,7 +391,16 @@ class Server:
         return JSONResponse({**head, "object": "chat.completion", "choices": body, "usage": self.usage(ids, choices)})
 
     async def stream(self, http_request, ids, generation, choices, events, head, started):
-        """Server-sent events: one chunk per text delta, a final chunk per choice, usage if asked, [DONE]."""
+        """Server-sent events: one chunk per text delta, a final chunk per choice, usage if asked, [DONE]; a
+        comment line after each `keepalive` seconds without one."""
+        self.open_requests += 1
+        try:
+            async for event in self.events_stream(http_request, ids, generation, choices, events, head, started):
+                yield event
+        finally:
+            self.open_requests -= 1
+
+    async def events_stream(self, http_request, ids, generation, choices, events, head, started):
         chat = choices[0].chat is not None
         kind = "chat.completion.chunk" if chat else "text_completion"
         usage = {"usage": None} if generation.include_usage else {}
@@ -357,7 +417,10 @@ class Server:
         if chat:
             for choice in choices:
                 yield chunk(choice, {"role": "assistant", "content": ""})
-        async for choice, token in self.events(choices, events, http_request):
+        async for choice, token in self.events(choices, events, http_request, self.keepalive):
+            if choice is None:
+                yield ": keep-alive\n\n"
+                continue
             if token is FINISHED and choice.request.error is not None:
                 error = APIError(500, f"the engine failed on this request: {choice.request.error!r}",
                                  kind="InternalServerError")

@@ -9,7 +9,20 @@ from tensorfold.device import SIMULATED
 
 def on_gpu(backend) -> bool:
     """Whether the backend's arrays live in a GPU's memory: the cuda backend outside numba's simulator."""
-    return backend.can_record and not SIMULATED
+    return backend.on_device and not SIMULATED
+
+
+def available_host_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """The host memory a process can take without swapping: MemAvailable (page cache it can reclaim included),
+    else, where /proc/meminfo lacks it, the free pages."""
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the kernel writes it in kB
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def free_bytes(backend) -> int:
@@ -19,7 +32,7 @@ def free_bytes(backend) -> int:
         context = backend.cuda.current_context()
         context.deallocations.clear()
         return context.get_memory_info().free
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return available_host_bytes()
 
 
 @dataclasses.dataclass(frozen=True)
