@@ -1,6 +1,6 @@
 """`tensorfold bench gemm`: the exact-integer GEMM (tensorfold/cuda/gemm.py) alone, on random MLX affine weights of
-every projection of a Qwen3.5 size and its head, at several row counts, beside the float32 walk (gemv.py) at the
-same shapes and a device-to-device copy's bandwidth measured in the same run.
+every projection of a Qwen3.5 size and its head, at several row counts, beside a device-to-device copy's bandwidth
+measured in the same run.
 
 Each shape's weight bytes (codes, scales and biases) over a call's time is its effective bandwidth; 2 * rows *
 outputs * K over the time its TOPS-equivalent (a multiply-add per weight and row counted as 2). On a GPU the calls
@@ -62,7 +62,7 @@ def run(args) -> int:
     from numba import cuda
 
     from tensorfold.contract.gemm import random_affine
-    from tensorfold.cuda import gemm, gemv
+    from tensorfold.cuda import gemm
     from tensorfold.device import SIMULATED
     on_gpu = cuda.is_available() and not SIMULATED
     rng = np.random.default_rng(args.seed)
@@ -84,22 +84,16 @@ def run(args) -> int:
                 d_x = cuda.to_device(x)
                 call = functools.partial(gemm.launch_gemm, d_x, outs, *weight, args.bits, args.group_size, **options)
                 seconds = event_seconds(cuda, call, args.repeats)
-                walk_call = functools.partial(gemv.launch_gemv, gemv.gemv_affine_kernel, d_x, outs, *weight,
-                                              args.bits, args.group_size, **options)
-                walk = event_seconds(cuda, walk_call, args.repeats) if rows <= args.walk_rows else None
             else:
                 seconds = wall_seconds(functools.partial(gemm.gemm_affine, x, *weight, args.bits, args.group_size), 1)
-                walk = None
             row = {"projection": name, "rows": rows, "outputs": outs, "columns": columns, "bytes": nbytes,
-                   "seconds": seconds, "bytes_per_s": nbytes / seconds, "tops": 2 * rows * outs * columns / seconds / 1e12,
-                   "walk_seconds": walk}
+                   "seconds": seconds, "bytes_per_s": nbytes / seconds, "tops": 2 * rows * outs * columns / seconds / 1e12}
             if on_gpu:
                 row["of_copy"] = row["bytes_per_s"] / results["copy_bytes_per_s"]
             results["shapes"].append(row)
-            walk_text = f"; walk {walk * 1e6:8.1f} us" if walk else ""
             share = f" ({row['of_copy']:.0%} of copy)" if on_gpu else ""
             print(f"{name:36s} {outs:6d}x{columns:<5d} rows {rows:4d}: {seconds * 1e6:9.1f} us, "
-                  f"{row['bytes_per_s'] / 1e9:7.0f} GB/s{share}, {row['tops']:6.1f} TOPS{walk_text}", flush=True)
+                  f"{row['bytes_per_s'] / 1e9:7.0f} GB/s{share}, {row['tops']:6.1f} TOPS", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
@@ -112,7 +106,6 @@ def add_parser(kinds) -> None:
     p.add_argument("--bits", type=int, default=4, choices=(4, 8))
     p.add_argument("--group-size", type=int, default=64)
     p.add_argument("--rows", type=lambda s: [int(r) for r in s.split(",")], default=[1, 4, 16, 64, 512])
-    p.add_argument("--walk-rows", type=int, default=16, help="time the float32 walk up to this many rows")
     p.add_argument("--repeats", type=int, default=20, help="calls timed together")
     p.add_argument("--copy-mib", type=int, default=1024, help="size of the array copied for the bandwidth bar")
     p.add_argument("--seed", type=int, default=0)
