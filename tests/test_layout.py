@@ -192,3 +192,56 @@ def test_planted_violations_are_caught(tmp_path):
     assert long_files(root) == ["tensorfold/numerics/floats.py"]
     found = measurements_in_prose(root)
     assert len(found) == 2 and "1.95 ms" in found[0] and "receipt" in found[1]
+
+
+# The peer that `tensorfold bench --peer` runs beside us when it is installed (it says so when it is not).
+PEER = {"torch", "transformers"}
+
+
+def third_party_imports(root: pathlib.Path) -> set:
+    """The top-level names of every module outside the standard library and the package that `root` imports."""
+    import sys
+    names = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                modules = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            # numba.cuda is numba-cuda's (its module numba_cuda); every other name is its top-level package's
+            names.update("numba_cuda" if m.startswith("numba.cuda") else m.split(".")[0] for m in modules)
+    return {name for name in names if name not in sys.stdlib_module_names and name != root.name} - PEER
+
+
+def undeclared(imports: set, declared: set) -> list:
+    """The imported names whose distribution (as installed) is not among `declared` (normalized project names)."""
+    from importlib.metadata import packages_distributions
+    normal = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731 (PEP 503)
+    provided = packages_distributions()
+    return sorted(name for name in imports
+                  if not any(normal(dist) in declared for dist in provided.get(name, [name])))
+
+
+def declared_dependencies() -> set:
+    import tomllib
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    return {re.sub(r"[-_.]+", "-", re.split(r"[\s<>=!~;\[]", spec)[0]).lower() for spec in project["dependencies"]}
+
+
+def test_every_import_of_the_package_is_a_declared_dependency():
+    """What the package imports at run time is declared in [project.dependencies], test extras aside; the control:
+    a package that imports httpx (the test extra's) is caught."""
+    declared = declared_dependencies()
+    assert undeclared(third_party_imports(PACKAGE), declared) == []
+    assert undeclared({"httpx", "numpy"}, declared) == ["httpx"]
+
+
+def test_every_declared_dependency_is_imported():
+    """A dependency the package never imports is not declared (tests bring their own through the test extra)."""
+    imported = third_party_imports(PACKAGE)
+    from importlib.metadata import packages_distributions
+    normal = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731 (PEP 503)
+    provided = {normal(dist) for name in imported for dist in packages_distributions().get(name, [name])}
+    assert sorted(declared_dependencies() - provided) == []

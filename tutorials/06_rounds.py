@@ -317,7 +317,7 @@ check(not same(bad, one_row_steps(tokens[:24] + [9])[-1:]), "control: a dropped 
 # its ancestors', never rows 2 or 3, although those come first in row order.
 #
 # The whole tree still runs in one launch per kernel and layer, as a chain does: the window hands the kernels
-# *index maps* (``tensorfold/cuda/paths.py``, built once a round as ``Window.maps``) that tell each row where its
+# *index maps* (``tensorfold/numerics/paths.py``, built once a round as ``Window.maps``) that tell each row where its
 # history is. ``path_slots[r]`` lists the slots of row r's ancestors, root first, then its own; ``conv_taps[r]``
 # lists its conv window as rows of [the stream's conv tail (rows 0 .. 2); the window's inputs (3 + slot)]. A chain's
 # maps are the identity, so chains and trees go through the same kernels:

@@ -15,7 +15,7 @@ tensorfold/model/replay.py builds decode rounds that way; this file records and 
   arguments) without running them and `Graph.replay` runs that list: the same rule, every argument fixed when it
   was recorded, so the CPU tests check that a recorded round reads nothing the host would have to pass anew.
 
-While a recording is open, every kernel launch (tensorfold/cuda/launch.py) reports its arguments here and the graph
+While a recording is open, every kernel launch (tensorfold/device/launch.py) reports its arguments here and the graph
 keeps them: an array a graph reads or writes stays alive as long as the graph does, so the device pool cannot hand
 its memory to another array. Only kernel launches may be recorded: the backend refuses uploads, downloads and
 copies while a recording is open (`CaptureError`), because a replay would not repeat them.
