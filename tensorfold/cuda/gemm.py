@@ -179,6 +179,9 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
     accumulators = tiles * tile_mmas * 4
     sixteen = lane_words % 4 == 0 and words % 4 == 0  # 16-byte loads of digits and of codes
     low = np.uint32(0x0F0F0F0F)
+    # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
+    group_slots, digit_slots, total_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
+    a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words
 
     @cuda.jit(device=True)
     def a_word(a_words, c, j, m, mine):
@@ -198,7 +201,7 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
         count = out_features // 2 if gated else out_features  # outputs written: pairs, gated
         bases = cuda.local.array(tiles, np.int64)  # each tile's first output (of its half, gated)
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
-        group_rows = cuda.local.array(tiles * 2, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
+        group_rows = cuda.local.array(group_slots, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
         for n in range(tiles):
             if gated:
                 bases[n] = ((cuda.blockIdx.x * WARPS + warp) * (tiles // 2) + n // 2) * 8
@@ -208,14 +211,14 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
             weight_rows[n] = np.uint64(min(bases[n] + g, count - 1) + half) * np.uint64(width)
             for oo in range(2):
                 group_rows[n * 2 + oo] = np.uint64(min(bases[n] + 2 * t + oo, count - 1) + half) * np.uint64(groups)
-        digit_rows = cuda.local.array(LIMBS * row_halves, np.uint64)  # where lane's digits of (l, rho) start
+        digit_rows = cuda.local.array(digit_slots, np.uint64)  # where lane's digits of (l, rho) start
         for q in range(LIMBS * row_halves):
             row = first_row + g + 8 * (q % row_halves)
             digit_rows[q] = np.uint64((q // row_halves * rows_pad + row) * (columns // 4) + t * lane_words)
         acc = cuda.local.array(accumulators, np.int32)
-        total = cuda.local.array(tiles * row_halves * 2, np.float64)
-        a_words = cuda.local.array(LIMBS * row_halves * lane_words, np.uint32)
-        b_words = cuda.local.array(tiles * words, np.uint32)
+        total = cuda.local.array(total_slots, np.float64)
+        a_words = cuda.local.array(a_slots, np.uint32)
+        b_words = cuda.local.array(b_slots, np.uint32)
         for i in range(accumulators):
             acc[i] = 0
         for i in range(tiles * row_halves * 2):
