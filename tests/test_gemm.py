@@ -74,6 +74,18 @@ def test_digits_rebuild_X():
     assert digits.min() >= -128 and digits.max() <= 127 and LIMBS == 3
 
 
+def test_quantize_covers_every_block():
+    """Rows and groups enough for several blocks of the quantize kernel: every (row, group) thread is launched."""
+    rng = np.random.default_rng(5)
+    x = x_rows(rng, 20, 1024)
+    X, e, S = quantize_x(x, 64)
+    digits, exponents, sums = (a.copy_to_host() for a in launch_quantize(cuda.to_device(x), 4, 64, 1, 32))
+    digits = digits.astype(np.int64)
+    rebuilt = (digits[0] + 256 * digits[1] + 65536 * digits[2])[:, digit_position.py_func(np.arange(1024), 4, 1)]
+    assert np.array_equal(rebuilt[:20], X) and np.array_equal(exponents[:20], e) and np.array_equal(sums[:20], S)
+    assert not rebuilt[20:].any() and not sums[20:].any()
+
+
 def test_twin_is_close_to_the_exact_product():
     """The rounding of x to P bits a group: far below float32's accumulated error."""
     rng = np.random.default_rng(4)

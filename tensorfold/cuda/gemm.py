@@ -45,7 +45,7 @@ from numba import cuda
 from tensorfold.cuda.fmath import silu32
 from tensorfold.cuda.gemv import PARTS, output_index
 from tensorfold.cuda.ptx import load16, mma_s8u8
-from tensorfold.device.grid import blocks_for, flat
+from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel
 
 P = 22  # bits of x's fixed point below its group's exponent
@@ -322,7 +322,7 @@ def launch_quantize(x, bits, group_size, words, rows_pad, stream=0):
     digits = cuda.device_array((LIMBS, rows_pad, columns), np.int8, stream=stream)
     exponents = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
     sums = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
-    quantize_kernel(bits, words, group_size)[blocks_for(rows_pad * groups), 128, stream](x, digits, exponents, sums)
+    quantize_kernel(bits, words, group_size)[blocks_for(rows_pad * groups), BLOCK, stream](x, digits, exponents, sums)
     return digits, exponents, sums
 
 
