@@ -4,17 +4,16 @@ measured in the same run.
 
 Each shape's weight bytes (codes, scales and biases) over a call's time is its effective bandwidth; 2 * rows *
 outputs * K over the time its TOPS-equivalent (a multiply-add per weight and row counted as 2). On a GPU the calls
-are timed between events, queued behind a kernel that holds the stream; without one, the twins by wall clock.
+run on the cuda backend's stream and memory pool, timed between events behind a kernel that holds the stream
+(`device_seconds`), so the figure is device time, not the host's launch time; without one, the twin by wall clock.
 """
 import functools
 import json
-import time
-import warnings
 
 import numpy as np
 
 from tensorfold.cli.bench.checkpoint import CONFIG_NAMES, bench_config
-from tensorfold.cli.bench.timing import hold_kernel
+from tensorfold.cli.bench.timing import copy_bandwidth, device_seconds
 
 
 def projections(config) -> list:
@@ -34,64 +33,36 @@ def projections(config) -> list:
             ("lm_head", c.vocab_size, c.hidden_size, None, False)]
 
 
-def event_seconds(cuda, launch, repeats: int) -> float:
-    """Device seconds per call of `launch`, the calls queued behind a hold so that they run back to back."""
-    launch()
-    cuda.synchronize()
-    start, end = cuda.event(), cuda.event()
-    with cuda.current_context().deallocations.disable(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        hold_kernel()[1, 1, 0](20_000)
-        start.record()
-        for _ in range(repeats):
-            launch()
-        end.record()
-        end.synchronize()
-    return cuda.event_elapsed_time(start, end) / 1000 / repeats
-
-
-def wall_seconds(launch, repeats: int) -> float:
-    launch()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        launch()
-    return (time.perf_counter() - started) / repeats
-
-
 def run(args) -> int:
-    from numba import cuda
-
+    from tensorfold.backends import make_backend
     from tensorfold.contract.gemm import random_affine
     from tensorfold.cuda import gemm
-    from tensorfold.device import SIMULATED
-    on_gpu = cuda.is_available() and not SIMULATED
+    from tensorfold.serve.memory import on_gpu
+    backend = make_backend("auto")
+    gpu = on_gpu(backend)
     rng = np.random.default_rng(args.seed)
-    results = {"config": args.config, "bits": args.bits, "group_size": args.group_size, "gpu": on_gpu, "shapes": []}
-    if on_gpu:
-        source = cuda.device_array(args.copy_mib << 18, np.float32)
-        target = cuda.device_array(args.copy_mib << 18, np.float32)
-        results["copy_bytes_per_s"] = 2 * source.nbytes / event_seconds(cuda, lambda: target.copy_to_device(source),
-                                                                          20)
+    results = {"config": args.config, "bits": args.bits, "group_size": args.group_size, "gpu": gpu, "shapes": []}
+    if gpu:
+        results["copy_bytes_per_s"] = copy_bandwidth(backend, args.copy_mib << 20, repeats=20)
         print(f"copy: {results['copy_bytes_per_s'] / 1e9:,.0f} GB/s (read + write)", flush=True)
     for name, outs, columns, parts, gated in projections(bench_config(args.config)):
         packed, scales, biases = random_affine(rng, outs, columns, args.bits, args.group_size)
         nbytes = packed.nbytes + scales.nbytes + biases.nbytes
-        weight = [cuda.to_device(a) for a in (packed, scales, biases)] if on_gpu else [packed, scales, biases]
+        weight = [backend.upload(a) for a in (packed, scales, biases)]
         for rows in args.rows:
-            x = rng.normal(size=(rows, columns)).astype(np.float32)
-            options = {"parts": parts, "gated": gated}
-            if on_gpu:
-                d_x = cuda.to_device(x)
-                call = functools.partial(gemm.launch_gemm, d_x, outs, *weight, args.bits, args.group_size, **options)
-                seconds = event_seconds(cuda, call, args.repeats)
-            else:
-                seconds = wall_seconds(functools.partial(gemm.gemm_affine, x, *weight, args.bits, args.group_size), 1)
+            x = backend.upload(rng.normal(size=(rows, columns)).astype(np.float32))
+            if gpu:
+                call = functools.partial(gemm.launch_gemm, x, outs, *weight, args.bits, args.group_size,
+                                         stream=backend.stream, parts=parts, gated=gated)
+            else:  # the twin, once: it is the CPU's figure, and a slow one at the head
+                call = functools.partial(gemm.gemm_affine, x, *weight, args.bits, args.group_size)
+            seconds = device_seconds(backend, call, args.repeats if gpu else 1)
             row = {"projection": name, "rows": rows, "outputs": outs, "columns": columns, "bytes": nbytes,
                    "seconds": seconds, "bytes_per_s": nbytes / seconds, "tops": 2 * rows * outs * columns / seconds / 1e12}
-            if on_gpu:
+            if gpu:
                 row["of_copy"] = row["bytes_per_s"] / results["copy_bytes_per_s"]
             results["shapes"].append(row)
-            share = f" ({row['of_copy']:.0%} of copy)" if on_gpu else ""
+            share = f" ({row['of_copy']:.0%} of copy)" if gpu else ""
             print(f"{name:36s} {outs:6d}x{columns:<5d} rows {rows:4d}: {seconds * 1e6:9.1f} us, "
                   f"{row['bytes_per_s'] / 1e9:7.0f} GB/s{share}, {row['tops']:6.1f} TOPS", flush=True)
     if args.json:
