@@ -6,6 +6,7 @@ import pytest
 from numba import cuda
 
 from tensorfold.cuda.gemm import (
+    CHUNK_COLUMNS,
     LIMBS,
     P,
     digit_position,
@@ -34,14 +35,14 @@ def x_rows(rng, rows, columns):
 
 
 def reference(x, packed, scales, biases, bits, group_size):
-    """Brute force: Python integers for X, D and S, then the group loop in float64."""
+    """Brute force: Python integers for X, D and S, then the groups in float64, a partial sum a chunk of columns."""
     rows, columns = x.shape
     per_word = 32 // bits
     codes = np.array([[(int(packed[o, k // per_word]) >> (bits * (k % per_word))) & ((1 << bits) - 1)
                        for k in range(columns)] for o in range(len(packed))], np.int64)
     y = np.zeros((rows, len(packed)), np.float32)
     for r in range(rows):
-        acc = np.zeros(len(packed))
+        acc, partial = np.zeros(len(packed)), np.zeros(len(packed))
         for g in range(columns // group_size):
             part = x[r, g * group_size:(g + 1) * group_size].astype(np.float64)
             e = int(np.frexp(np.abs(part).max())[1])
@@ -49,7 +50,9 @@ def reference(x, packed, scales, biases, bits, group_size):
             assert np.abs(X).max() <= 2 ** P
             D = codes[:, g * group_size:(g + 1) * group_size] @ X
             t = scales[:, g].astype(np.float64) * D + biases[:, g].astype(np.float64) * float(X.sum())
-            acc = acc + t * 2.0 ** (e - P)
+            partial = partial + t * 2.0 ** (e - P)
+            if (g + 1) * group_size % CHUNK_COLUMNS == 0 or (g + 1) * group_size == columns:
+                acc, partial = acc + partial, np.zeros(len(packed))
         y[r] = acc
     return y
 
@@ -57,8 +60,12 @@ def reference(x, packed, scales, biases, bits, group_size):
 @pytest.mark.parametrize("bits,group_size", [(4, 32), (4, 64), (8, 32), (8, 64)])
 def test_twin_equals_the_brute_force(bits, group_size):
     rng = np.random.default_rng(bits + group_size)
-    x, w = x_rows(rng, 5, 192), weight(rng, 7, 192, bits, group_size)
-    assert np.array_equal(gemm_affine(x, *w, bits, group_size), reference(x, *w, bits, group_size))
+    x, w = x_rows(rng, 5, 1216), weight(rng, 7, 1216, bits, group_size)  # two whole chunks of K and a short one
+    y = gemm_affine(x, *w, bits, group_size)
+    assert np.array_equal(y, reference(x, *w, bits, group_size))
+    dropped = x.copy()
+    dropped[:, 600:600 + group_size] = 0
+    assert not np.array_equal(y, reference(dropped, *w, bits, group_size)), "control: columns of x zeroed"
 
 
 def test_digits_rebuild_X():
@@ -77,13 +84,13 @@ def test_digits_rebuild_X():
 def test_quantize_covers_every_block():
     """Rows and groups enough for several blocks of the quantize kernel: every (row, group) thread is launched."""
     rng = np.random.default_rng(5)
-    x = x_rows(rng, 20, 1024)
+    x = x_rows(rng, 3, 768)
     X, e, S = quantize_x(x, 64)
-    digits, exponents, sums = (a.copy_to_host() for a in launch_quantize(cuda.to_device(x), 4, 64, 1, 32))
+    digits, exponents, sums = (a.copy_to_host() for a in launch_quantize(cuda.to_device(x), 4, 64, 1, 8))
     digits = digits.astype(np.int64)
-    rebuilt = (digits[0] + 256 * digits[1] + 65536 * digits[2])[:, digit_position.py_func(np.arange(1024), 4, 1)]
-    assert np.array_equal(rebuilt[:20], X) and np.array_equal(exponents[:20], e) and np.array_equal(sums[:20], S)
-    assert not rebuilt[20:].any() and not sums[20:].any()
+    rebuilt = (digits[0] + 256 * digits[1] + 65536 * digits[2])[:, digit_position.py_func(np.arange(768), 4, 1)]
+    assert np.array_equal(rebuilt[:3], X) and np.array_equal(exponents[:3], e) and np.array_equal(sums[:3], S)
+    assert not rebuilt[3:].any() and not sums[3:].any()
 
 
 def test_twin_is_close_to_the_exact_product():

@@ -7,12 +7,14 @@ from numba import cuda
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
 from tensorfold.cuda.gemm import (
+    combine_kernel,
     digit_position,
     fixed_point,
     gemm_affine,
     gemm_kernel,
     kernel_shape,
     launch_products,
+    load_words,
     launch_quantize,
     quantize_kernel,
 )
@@ -22,7 +24,7 @@ from tensorfold.numerics.formats import bf16_to_f32, f32_to_bf16
 
 # (rows, outputs, columns): under the simulator a round's rows and a prompt chunk's; on the GPU every projection of
 # Qwen3.5-2B (hidden 2048) at 1, 16 and 512 rows, odd sizes, and the head
-SIM_SHAPES = [(3, 11, 128), (17, 9, 64)]
+SIM_SHAPES = [(3, 11, 128), (17, 9, 64), (2, 8, 1088)]  # the last: three chunks of K, one short
 GPU_SHAPES = [(1, 6144, 2048), (16, 6144, 2048), (512, 6144, 2048), (1, 2048, 2048), (16, 2048, 2048),
               (512, 2048, 2048), (1, 4096, 2048), (16, 4096, 2048), (1, 512, 2048), (16, 512, 2048), (1, 16, 2048),
               (1, 2048, 6144), (16, 2048, 6144), (512, 2048, 6144), (3, 1000, 1088), (17, 248, 2048), (100, 333, 1024),
@@ -144,7 +146,7 @@ def _gate_and_up_swapped(inputs):
                          for name in ("packed", "scales", "biases")}}
 
 
-KERNELS = (gemm_kernel, quantize_kernel, fixed_point, digit_position)
+KERNELS = (gemm_kernel, combine_kernel, quantize_kernel, fixed_point, digit_position, load_words)
 CONTRACT = [
     KernelCheck("gemm_affine4", _twin, _launch, _cases(4), CONTROLS, kernels=KERNELS),
     KernelCheck("gemm_affine8", _twin, _launch, _cases(8, [s for s in GPU_SHAPES if s[1] != 248320 or s[0] == 1]),

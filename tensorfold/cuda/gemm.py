@@ -13,28 +13,32 @@ Then, per group, in exact integers and then in float64 in an order fixed by K al
     D_l[r, o, g] = sum_{k in g} q[o, k] * d_l[r, k]              int32, exact in any order (the tensor cores)
     D = D0 + 256 D1 + 65536 D2,  S[r, g] = sum_{k in g} X[r, k]   exact (below 2^53)
     t = s[o, g] * D + b[o, g] * S                                 both products exact in float64, one rounding
-    acc += t * 2^(e[r, g] - P)   for g = 0, 1, 2, ...            float64;  y[r, o] = float32(acc)
+    partial_c += t * 2^(e[r, g] - P)   for the groups g of chunk c, in increasing order    float64
+    acc += partial_c                   for c = 0, 1, 2, ...  (chunks of CHUNK_COLUMNS columns)  float64
+    y[r, o] = float32(acc)
 
-Every product is exact, so the multiply-add fusion NVVM applies cannot change a bit, and a row's result depends on
-that row alone: a prompt's rows equal one-row steps. The only approximation is X's rounding, at most 2^-(P+1) of
-the group's largest |x| an element.
+The order is fixed by K alone; the chunks let the kernel split K across warps (each chunk's partial sum is computed
+on its own, and the partial sums are added in chunk order afterwards). Every product is exact, so the multiply-add
+fusion NVVM applies cannot change a bit, and a row's result depends on that row alone: a prompt's rows equal
+one-row steps. The only approximation is X's rounding, at most 2^-(P+1) of the group's largest |x| an element.
 
 The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued float64 arrays (exact: every partial
-sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the groups.
+sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the chunks and their groups.
 
 The kernels: `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, the function the twin calls too);
-`gemm_kernel` multiplies with `mma_s8u8` (ptx.py). A warp's tile is 8 outputs (the mma's columns) by the rows of
-8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows g + 8 * rho, and gets back
-outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in the lane. The mma's 16 A
-rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu + xi. A step is
-one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers, `w & 0x0F0F0F0F` and
-`(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
-(`digit_position`: an integer sum does not care which column comes first, only that A and B agree). When a step's
-columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A row of their own
-(zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once whatever their
-count; a prompt chunk takes 4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B
-register. The gated form (gate rows, then up rows) pairs each tile of gates with its tile of ups in one warp and
-writes SiLU(gate) * up; stacked projections write each part whole (`output_index`).
+`gemm_kernel` multiplies with `mma_s8u8` (ptx.py); `combine_kernel` finishes. A warp's tile is 8 outputs (the mma's
+columns) by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows
+g + 8 * rho, and gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in
+the lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination
+2 mu + xi. A step is one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers,
+`w & 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same
+order (`digit_position`: an integer sum does not care which column comes first, only that A and B agree). When a
+step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A row of
+their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once whatever
+their count; a prompt chunk takes 4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B
+register. A block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine
+adds them in chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up
+rows), each part whole for stacked projections (`output_index`).
 """
 import functools
 import math
@@ -50,6 +54,8 @@ from tensorfold.device.launch import kernel
 
 P = 22  # bits of x's fixed point below its group's exponent
 LIMBS = 3  # signed base-256 digits of X
+QUANTIZE_COLUMNS = 8  # consecutive columns a thread of the quantize kernel reads (a group holds 4 to 16 of them)
+CHUNK_COLUMNS = 512  # columns of K a float64 partial sum covers (whole groups, whole kernel steps)
 TILE_ELEMENTS = 1 << 21  # the twin's D for a tile of outputs holds about this many values
 
 
@@ -99,9 +105,13 @@ def gemm_affine(x, packed, scales, biases, bits, group_size):
         D = np.matmul(X_groups, codes)  # [groups, rows, outputs]: exact integers
         s, b = np.asarray(scales[outs], np.float64), np.asarray(biases[outs], np.float64)
         acc = np.zeros((rows, codes.shape[2]))
-        for g in range(groups):  # the groups in increasing order, as the kernel adds them
-            t = s[None, :, g] * D[g] + b[None, :, g] * S[:, g, None]
-            acc = acc + t * power[:, g, None]
+        chunk_groups = CHUNK_COLUMNS // group_size
+        for first_group in range(0, groups, chunk_groups):  # the chunks in order, as the combine adds them
+            partial = np.zeros_like(acc)
+            for g in range(first_group, min(first_group + chunk_groups, groups)):  # its groups in increasing order
+                t = s[None, :, g] * D[g] + b[None, :, g] * S[:, g, None]
+                partial = partial + t * power[:, g, None]
+            acc = acc + partial
         y[:, outs] = acc.astype(np.float32)
     return y
 
@@ -111,7 +121,7 @@ def gemm_affine(x, packed, scales, biases, bits, group_size):
 WARPS = 4  # warps a block
 ROUND_ROWS = 16  # rows up to which a call takes the round kernel (one tile of rows, 16-byte loads)
 PROMPT_ROW_HALVES = 4  # the prompt kernel's tile: 32 rows a warp
-ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (a gate and its up, gated)
+ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (the step's digits serve both)
 PROMPT_TILES = 4  # and of the prompt kernel
 
 
@@ -138,39 +148,75 @@ def digit_position(column, bits, words):
 
 @functools.cache
 def quantize_kernel(bits, words, group_size):
-    """Thread per (row, group) of the padded rows: e, S and the three rows of digits (laid out by `digit_position`
-    for steps of `words` words); rows past x's last are zero."""
+    """Block per (a run of whole groups, row) of the padded rows, thread per QUANTIZE_COLUMNS consecutive columns:
+    the group's largest |x| and S by tree reductions over its threads in shared memory (a maximum and an integer sum:
+    exact in any order), then the columns' digits (laid out by `digit_position` for steps of `words` words); rows
+    past x's last are zero."""
+    group_threads = group_size // QUANTIZE_COLUMNS
+
+    @cuda.jit(device=True)
+    def tree(values, i, member, largest):
+        """values[i] of member 0 of each group of threads becomes the group's maximum (`largest`) or sum."""
+        cuda.syncthreads()
+        stride = group_threads // 2
+        while stride > 0:
+            if member < stride:
+                other = values[i + stride]
+                values[i] = max(values[i], other) if largest else values[i] + other
+            cuda.syncthreads()
+            stride //= 2
 
     @kernel
     def quantize(x, digits, exponents, sums):
-        i = cuda.grid(1)
-        groups = exponents.shape[1]
-        row, group = i // groups, i % groups
-        if row < exponents.shape[0]:
-            live = row < x.shape[0]
-            largest = np.float32(0)
-            if live:
-                for k in range(group * group_size, (group + 1) * group_size):
-                    largest = max(largest, abs(x[row, k]))
-            e = math.frexp(np.float64(largest))[1]
-            scale = math.ldexp(1.0, P - e)
-            total = 0
-            for k in range(group * group_size, (group + 1) * group_size):
-                X, d0, d1, d2 = fixed_point(x[row, k] if live else np.float32(0), scale)
-                at = digit_position(k, bits, words)
-                digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
-                total += X
-            exponents[row, group], sums[row, group] = e, total
+        i = cuda.threadIdx.x
+        row, first = cuda.blockIdx.y, (cuda.blockIdx.x * cuda.blockDim.x + i) * QUANTIZE_COLUMNS
+        live = row < x.shape[0]
+        member = i % group_threads  # the thread's place in its group; member 0 ends up with the group's results
+        largest = cuda.shared.array(BLOCK, np.float32)
+        total = cuda.shared.array(BLOCK, np.int64)
+        mine = np.float32(0)
+        if live:
+            for k in range(first, first + QUANTIZE_COLUMNS):
+                mine = max(mine, abs(x[row, k]))
+        largest[i] = mine
+        tree(largest, i, member, True)
+        e = math.frexp(np.float64(largest[i - member]))[1]
+        scale = math.ldexp(1.0, P - e)
+        count = 0
+        for k in range(first, first + QUANTIZE_COLUMNS):
+            X, d0, d1, d2 = fixed_point(x[row, k] if live else np.float32(0), scale)
+            at = digit_position(k, bits, words)
+            digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
+            count += X
+        total[i] = count
+        tree(total, i, member, False)
+        if member == 0:
+            exponents[row, first // group_size], sums[row, first // group_size] = e, total[i]
 
     return quantize
 
 
+@cuda.jit(device=True)
+def load_words(source, at, count, sixteen, target, first):
+    """target[first:first + count] = source[at:at + count] of uint32 arrays: 16-byte loads where `sixteen` (count and
+    at multiples of 4), else word by word."""
+    if sixteen:
+        for u4 in range(count // 4):
+            got = load16(source, at + np.uint64(4 * u4))
+            for u in range(4):
+                target[first + 4 * u4 + u] = got[u]
+    else:
+        for u in range(count):
+            target[first + u] = source[at + np.uint64(u)]
+
+
 @functools.cache
-def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
+def gemm_kernel(bits, group_size, words, row_halves, tiles):
     """The GEMM kernel of a weight format (bits, group_size) for steps of `words` words of codes a lane, tiles of
-    8 * row_halves rows and `tiles` tiles of 8 outputs a warp (gated: tiles / 2 pairs of a gate tile, an up tile)."""
+    8 * row_halves rows and `tiles` tiles of 8 outputs a warp: a block's float64 partial sums of one chunk of K."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
+    assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
     halves = max(1, span // group_size)  # groups a step covers: lane t holds group t * halves // 4
     steps_a_group = max(1, group_size // span)
     combos = LIMBS * halves * row_halves  # (row half rho, digit l, group h) = ((rho * LIMBS) + l) * halves + h
@@ -180,7 +226,7 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
     sixteen = lane_words % 4 == 0 and words % 4 == 0  # 16-byte loads of digits and of codes
     low = np.uint32(0x0F0F0F0F)
     # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
-    group_slots, digit_slots, total_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
+    group_slots, digit_slots, partial_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
     a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words
 
     @cuda.jit(device=True)
@@ -193,59 +239,41 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
         return a_words[q * lane_words + m * 2 + j]
 
     @kernel
-    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, rows, out_features,
-             end1, end2, end3):
+    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+             out_features):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         g, t = lane >> 2, lane % 4
-        first_row = cuda.blockIdx.y * 8 * row_halves
-        count = out_features // 2 if gated else out_features  # outputs written: pairs, gated
-        bases = cuda.local.array(tiles, np.int64)  # each tile's first output (of its half, gated)
+        first_row, chunk = cuda.blockIdx.y * 8 * row_halves, cuda.blockIdx.z
+        bases = cuda.local.array(tiles, np.int64)  # each tile's first output
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
         group_rows = cuda.local.array(group_slots, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
         for n in range(tiles):
-            if gated:
-                bases[n] = ((cuda.blockIdx.x * WARPS + warp) * (tiles // 2) + n // 2) * 8
-            else:
-                bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
-            half = n % 2 * count if gated else 0
-            weight_rows[n] = np.uint64(min(bases[n] + g, count - 1) + half) * np.uint64(width)
+            bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
+            weight_rows[n] = np.uint64(min(bases[n] + g, out_features - 1)) * np.uint64(width)
             for oo in range(2):
-                group_rows[n * 2 + oo] = np.uint64(min(bases[n] + 2 * t + oo, count - 1) + half) * np.uint64(groups)
+                group_rows[n * 2 + oo] = np.uint64(min(bases[n] + 2 * t + oo, out_features - 1)) * np.uint64(groups)
         digit_rows = cuda.local.array(digit_slots, np.uint64)  # where lane's digits of (l, rho) start
         for q in range(LIMBS * row_halves):
             row = first_row + g + 8 * (q % row_halves)
             digit_rows[q] = np.uint64((q // row_halves * rows_pad + row) * (columns // 4) + t * lane_words)
         acc = cuda.local.array(accumulators, np.int32)
-        total = cuda.local.array(total_slots, np.float64)
+        partial = cuda.local.array(partial_slots, np.float64)
         a_words = cuda.local.array(a_slots, np.uint32)
         b_words = cuda.local.array(b_slots, np.uint32)
         for i in range(accumulators):
             acc[i] = 0
-        for i in range(tiles * row_halves * 2):
-            total[i] = 0.0
+        for i in range(partial_slots):
+            partial[i] = 0.0
         mine = t * halves // 4  # the group of the step this lane's columns are in
-        if bases[0] < count:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
-            for s in range(columns // span):
+        if bases[0] < out_features:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
+            chunk_steps = CHUNK_COLUMNS // span
+            for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
                 for n in range(tiles):  # the codes of output g, this lane's words of the step
-                    at = weight_rows[n] + np.uint64(s * 4 * words + t * words)
-                    if sixteen:
-                        for u4 in range(words // 4):
-                            got = load16(packed, at + np.uint64(4 * u4))
-                            for u in range(4):
-                                b_words[n * words + 4 * u4 + u] = got[u]
-                    else:
-                        for u in range(words):
-                            b_words[n * words + u] = packed[at + np.uint64(u)]
+                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, sixteen, b_words,
+                               n * words)
                 for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
-                    at = digit_rows[q] + np.uint64(s * span // 4)
-                    if sixteen:
-                        for u4 in range(lane_words // 4):
-                            got = load16(digits, at + np.uint64(4 * u4))
-                            for u in range(4):
-                                a_words[q * lane_words + 4 * u4 + u] = got[u]
-                    else:
-                        for u in range(lane_words):
-                            a_words[q * lane_words + u] = digits[at + np.uint64(u)]
+                    load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, sixteen, a_words,
+                               q * lane_words)
                 for m in range(mmas):
                     for n in range(tiles):
                         if bits == 4:
@@ -261,7 +289,7 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
                             at = (n * tile_mmas + mu) * 4
                             d = mma_s8u8(a0, a1, a2, a3, b0, b1, acc[at], acc[at + 1], acc[at + 2], acc[at + 3])
                             acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
-                if (s + 1) % steps_a_group == 0:  # the step ends its groups: add them to the totals, in order
+                if (s + 1) % steps_a_group == 0:  # the step ends its groups: add them to the partial sums, in order
                     first_group = s * span // group_size
                     for n in range(tiles):
                         for rho in range(row_halves):
@@ -280,25 +308,45 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles, gated):
                                     D = np.float64(d0) + 256.0 * np.float64(d1) + 65536.0 * np.float64(d2)
                                     at = group_rows[n * 2 + oo] + group
                                     value = np.float64(scales[at]) * D + np.float64(biases[at]) * S
-                                    total[(n * row_halves + rho) * 2 + oo] += value * power
+                                    partial[(n * row_halves + rho) * 2 + oo] += value * power
                     for i in range(accumulators):
                         acc[i] = 0
-            for n in range(tiles // 2 if gated else tiles):
+            for n in range(tiles):
                 for rho in range(row_halves):
                     row = first_row + g + 8 * rho
                     for oo in range(2):
-                        o = bases[2 * n if gated else n] + 2 * t + oo
-                        if row < rows and o < count:
-                            if gated:  # tile 2n holds the gates, 2n + 1 their ups
-                                gate = np.float32(total[(2 * n * row_halves + rho) * 2 + oo])
-                                up = np.float32(total[((2 * n + 1) * row_halves + rho) * 2 + oo])
-                                y[np.uint64(row * count + o)] = silu32(gate) * up
-                            else:
-                                at = output_index(row, o, rows, out_features, end1, end2, end3)
-                                y[np.uint64(at)] = np.float32(total[(n * row_halves + rho) * 2 + oo])
+                        o = bases[n] + 2 * t + oo
+                        if row < rows and o < out_features:
+                            at = (chunk * rows + row) * out_features + o
+                            partials[np.uint64(at)] = partial[(n * row_halves + rho) * 2 + oo]
 
     return gemm
 
+
+@functools.cache
+def combine_kernel(gated):
+    """Thread per (row, output written): the chunks' partial sums added in chunk order, the float32 output placed by
+    `output_index` (its part whole), or gated SiLU(gate) * up of the gate rows' and up rows' sums."""
+
+    @kernel
+    def combine(partials, chunks, rows, out_features, y, end1, end2, end3):
+        i = cuda.grid(1)
+        count = out_features // 2 if gated else out_features
+        row, o = i // count, i % count
+        if row < rows:
+            total = 0.0
+            up = 0.0
+            for chunk in range(chunks):
+                at = (chunk * rows + row) * out_features + o
+                total += partials[at]
+                if gated:
+                    up += partials[at + count]
+            if gated:
+                y[i] = silu32(np.float32(total)) * np.float32(up)
+            else:
+                y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+
+    return combine
 
 
 def kernel_shape(rows, bits, group_size, columns):
@@ -322,7 +370,9 @@ def launch_quantize(x, bits, group_size, words, rows_pad, stream=0):
     digits = cuda.device_array((LIMBS, rows_pad, columns), np.int8, stream=stream)
     exponents = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
     sums = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
-    quantize_kernel(bits, words, group_size)[blocks_for(rows_pad * groups), BLOCK, stream](x, digits, exponents, sums)
+    threads = math.gcd(BLOCK, columns // QUANTIZE_COLUMNS)  # whole groups a block, and no column past K
+    quantize_kernel(bits, words, group_size)[(columns // QUANTIZE_COLUMNS // threads, rows_pad), threads, stream](
+        x, digits, exponents, sums)
     return digits, exponents, sums
 
 
@@ -341,7 +391,8 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
                     gated=False):
-    """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`)."""
+    """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
+    the combine."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
     widths = [out_features] if parts is None else list(parts)
@@ -349,14 +400,16 @@ def launch_products(quantized, rows, out_features, packed, scales, biases, bits,
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
-    count = out_features // 2 if gated else out_features
-    output_tiles = -(-count // 8)
-    warps = -(-output_tiles // (tiles // 2 if gated else tiles))
-    y = cuda.device_array(rows * count, np.float32, stream=stream)
-    gemm_kernel(bits, group_size, words, row_halves, tiles, gated)[
-        (-(-warps // WARPS), rows_pad // (8 * row_halves)), WARPS * 32, stream](
+    chunks = -(-columns // CHUNK_COLUMNS)
+    warps = -(-out_features // (8 * tiles))
+    partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
+    gemm_kernel(bits, group_size, words, row_halves, tiles)[
+        (-(-warps // WARPS), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
-        flat(scales), flat(biases), scales.shape[1], y, rows, out_features, *ends)
+        flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
+    count = out_features // 2 if gated else out_features
+    y = cuda.device_array(rows * count, np.float32, stream=stream)
+    combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
     if parts is None:
         return y.reshape(rows, count)
     starts = [0] + ends[:len(widths) - 1]
