@@ -84,6 +84,20 @@ class Ops(Protocol):
     def kv_compact(self, keys, values, committed, path):
         """(keys, values) [N, Hkv, hd] with a kept tree path's rows moved from committed + slot to committed + depth."""
 
+    # --- the sparse MoE block (tensorfold/cuda/moe.py) -------------------------------------------------------------
+
+    def route(self, logits, k):
+        """(ids int32 [rows, k], weights [rows, k]) of router logits [rows, E]: the k most probable experts, best first
+        (ties: the lower expert), and their probabilities renormalised to sum to 1."""
+
+    def routed_experts(self, x, ids, experts):
+        """[rows, k, hidden]: each (row, rank)'s expert's SwiGLU of x [rows, hidden], for `experts` a layer's stacks
+        (tensorfold/model/moe.py's Experts), run as one GEMM over each expert's rows."""
+
+    def moe_combine(self, routed, weights, shared, gate_logit):
+        """[rows, hidden]: routed [rows, k, hidden] weighted rank by rank, plus shared [rows, hidden] times
+        sigmoid(gate_logit [rows, 1])."""
+
     # --- sampling -------------------------------------------------------------------------------------------------
 
     def sample(self, logits, seed, position, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0):
