@@ -134,7 +134,7 @@ def decode_round_logits(model, prompts):
 
 def test_moe_concurrent_round_equals_solo_and_its_control(model, monkeypatch):
     """Four streams' decode rows in one round (several share an expert) against each stream's own last step; the
-    control's GEMM changes rows that share an expert, and only them."""
+    control's GEMM changes the rows that share an expert."""
     prompts = [model.tokenizer.encode(p) for p in PROMPTS]
     solo = np.concatenate([one_row_steps(model, p)[-1:] for p in prompts])
     assert decode_round_logits(model, prompts).tobytes() == solo.tobytes()
