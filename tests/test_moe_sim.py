@@ -15,7 +15,6 @@ from tensorfold.engine import Engine, SamplingParams
 from tensorfold.errors import BackendError
 from tensorfold.model.checkpoint import Linear, load_weights
 from tensorfold.model.config import ModelConfig
-from tensorfold.model.rows import Window
 from tensorfold.model.tiny import TINY_MOE_CONFIG, make_tiny, random_tensors
 from tensorfold.model.tokenizer import Tokenizer
 from tensorfold.model.writer import write_checkpoint

@@ -87,16 +87,13 @@ class Ops(Protocol):
     # --- the sparse MoE block (tensorfold/cuda/moe.py) -------------------------------------------------------------
 
     def route(self, logits, k):
-        """(ids int32 [rows, k], weights [rows, k]) of router logits [rows, E]: the k most probable experts, best first
-        (ties: the lower expert), and their probabilities renormalised to sum to 1."""
+        """(ids int32, weights [rows, k]): each row's k likeliest experts of logits [rows, E], weights summing to 1."""
 
     def routed_experts(self, x, ids, experts):
-        """[rows, k, hidden]: each (row, rank)'s expert's SwiGLU of x [rows, hidden], for `experts` a layer's stacks
-        (tensorfold/model/moe.py's Experts), run as one GEMM over each expert's rows."""
+        """[rows, k, hidden]: the SwiGLU of x [rows, hidden] by each (row, rank)'s expert of `experts` (moe.Experts)."""
 
     def moe_combine(self, routed, weights, shared, gate_logit):
-        """[rows, hidden]: routed [rows, k, hidden] weighted rank by rank, plus shared [rows, hidden] times
-        sigmoid(gate_logit [rows, 1])."""
+        """[rows, hidden]: routed [rows, k, hidden] weighted by rank, + shared times sigmoid(gate_logit [rows, 1])."""
 
     # --- sampling -------------------------------------------------------------------------------------------------
 

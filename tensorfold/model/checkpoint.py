@@ -111,7 +111,8 @@ def sparse_shapes(c: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
     experts, width, shared, hidden = (c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size,
                                       c.hidden_size)
     return {p + "gate.weight": (experts, hidden), p + "shared_expert_gate.weight": (1, hidden),
-            p + "shared_expert.gate_proj.weight": (shared, hidden), p + "shared_expert.up_proj.weight": (shared, hidden),
+            p + "shared_expert.gate_proj.weight": (shared, hidden),
+            p + "shared_expert.up_proj.weight": (shared, hidden),
             p + "shared_expert.down_proj.weight": (hidden, shared),
             p + "experts.gate_up_proj": (experts, 2 * width, hidden), p + "experts.down_proj": (experts, hidden, width)}
 

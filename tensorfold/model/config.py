@@ -7,7 +7,8 @@ MLX checkpoints add a top-level `quantization` block (copied as `quantization_co
 
 The MoE family (`qwen3_5_moe`, text-only `qwen3_5_moe_text`) replaces every layer's MLP with the sparse block
 (tensorfold/model/moe.py): `num_experts` experts of width `moe_intermediate_size`, `num_experts_per_tok` of them
-chosen a row, and a shared expert of width `shared_expert_intermediate_size`. A dense config's four MoE sizes are 0, an MoE config's intermediate_size is.
+chosen a row, and a shared expert of width `shared_expert_intermediate_size`. A dense config's four MoE sizes are
+0; an MoE config's intermediate_size is.
 """
 from __future__ import annotations
 

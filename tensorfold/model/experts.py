@@ -49,7 +49,7 @@ def gather_experts(found: dict, config) -> None:
         if p + "switch_mlp.gate_proj.weight" in found:
             _gather_stacked(found, p, config)
         elif p + "experts.0.gate_proj.weight" in found:
-            _gather_per_expert(found, p, config.num_experts)
+            _gather_per_expert(found, p, config)
 
 
 def _gather_stacked(found: dict, p: str, config) -> None:
@@ -75,14 +75,18 @@ def _gather_stacked(found: dict, p: str, config) -> None:
             found[p + "experts.down_proj" + ("" if part == "weight" else "." + part)] = found.pop(down)
 
 
-def _gather_per_expert(found: dict, p: str, experts: int) -> None:
+def _gather_per_expert(found: dict, p: str, config) -> None:
     """transformers' per-expert tensors: each expert's gate and up joined, then the experts stacked."""
-    gate_up, down = [], []
+    gate_up, down, experts = [], [], config.num_experts
+    width, hidden = config.moe_intermediate_size, config.hidden_size
     for e in range(experts):
         names = [f"{p}experts.{e}.{proj}_proj.weight" for proj in ("gate", "up", "down")]
-        for name in names:
+        for name, shape in zip(names, ((width, hidden), (width, hidden), (hidden, width))):
             if name not in found:
                 raise CheckpointError(f"missing tensor {name} (the model has {experts} experts)")
+            if found[name].shape != shape:
+                raise CheckpointError(f"tensor {found[name].name}: shape {list(found[name].shape)}, expected "
+                                      f"{list(shape)}")
         gate_up.append(Joined([found.pop(names[0]), found.pop(names[1])], axis=0))
         down.append(found.pop(names[2]))
     found[p + "experts.gate_up_proj"] = Joined(gate_up, axis=None)
