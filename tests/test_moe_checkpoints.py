@@ -184,3 +184,16 @@ def test_gate_and_up_of_different_bits_are_refused(written, tmp_path):
         json.dump(config, f)
     with pytest.raises(CheckpointError, match="switch_mlp.up_proj.weight: quantized as .*bits=8"):
         load_weights(folder, ModelConfig.from_file(folder))
+
+
+def test_bench_writes_random_mlx4_moe_checkpoints(tmp_path):
+    """`tensorfold bench`'s random 4-bit checkpoints, drawn packed, in the MoE shapes (the 35B-A3B preset's at
+    the tiny widths): they load, stacked as switch_mlp, and run."""
+    from tensorfold.cli.bench.checkpoint import write_random_mlx4
+    from tensorfold.model.presets import preset
+    assert preset("35B-A3B").is_moe and preset("35B-A3B").num_experts == 256
+    write_random_mlx4(str(tmp_path), MOE, seed=0)
+    stored = read_header(os.path.join(tmp_path, "matrices.safetensors"))
+    assert stored["language_model.model.layers.1.mlp.switch_mlp.up_proj.weight"].shape == (4, 64, 8)
+    model = tensorfold.load(str(tmp_path), backend="numpy")
+    assert np.isfinite(model.logits([1, 2, 3])).all()

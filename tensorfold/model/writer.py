@@ -116,15 +116,22 @@ def per_expert(tensors: dict) -> dict:
     return out
 
 
+def switch_mlp_parts(name: str, shape: tuple) -> list:
+    """The MLX switch_mlp tensors that the expert stack `name` [E, out, in] is stored as: (canonical name, the
+    stack's rows along its out axis) each; gate_up_proj splits into gate_proj and up_proj."""
+    prefix = name.rsplit("experts.", 1)[0] + "switch_mlp."
+    if name.endswith("gate_up_proj"):
+        half = shape[1] // 2
+        return [(prefix + "gate_proj.weight", slice(0, half)), (prefix + "up_proj.weight", slice(half, shape[1]))]
+    return [(prefix + "down_proj.weight", slice(0, shape[1]))]
+
+
 def switch_mlp(tensors: dict) -> dict:
     """The tensors with each layer's expert stacks as MLX's switch_mlp: gate, up and down stacks [E, out, in]."""
     out = {}
     for name, value in tensors.items():
-        if name.endswith("experts.gate_up_proj"):
-            prefix, width = name[:-len("experts.gate_up_proj")] + "switch_mlp.", value.shape[1] // 2
-            out[prefix + "gate_proj.weight"], out[prefix + "up_proj.weight"] = value[:, :width], value[:, width:]
-        elif name.endswith("experts.down_proj"):
-            out[name[:-len("experts.down_proj")] + "switch_mlp.down_proj.weight"] = value
+        if ".experts." in name:
+            out.update({part: value[:, rows] for part, rows in switch_mlp_parts(name, value.shape)})
         else:
             out[name] = value
     return out
