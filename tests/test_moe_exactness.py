@@ -1,7 +1,10 @@
-"""Every exactness promise on an MoE model (the tiny MoE config, on the twins): prompt rows == one-row steps, a
-window beside another stream == one-row steps, drafted == undrafted, concurrent == solo. Rows of one round pick
-different experts, so each promise also says that a row's bits do not depend on which rows share its experts.
-Each has a planted control: a grouped GEMM whose sums depend on how many rows an expert gets."""
+"""Every exactness promise on an MoE model (the tiny MoE config): prompt rows == one-row steps, a window beside
+another stream == one-row steps, drafted == undrafted, concurrent == solo. Rows of one round pick different
+experts, so each promise also says that a row's bits do not depend on which rows share its experts. Each has a
+planted control: a grouped GEMM whose sums depend on how many rows an expert gets (planted in the twins).
+
+The models run on the twins; under --gpu the MLX 4-bit one runs on the GPU (the bf16 one stays on the twins: the
+cuda backend takes affine experts only)."""
 import hashlib
 
 import numpy as np
@@ -20,15 +23,30 @@ def sha(ids):
 
 
 @pytest.fixture(scope="module", params=["mlx4", "hf"])
-def model(request, tmp_path_factory):
+def folder(request, tmp_path_factory):
     folder = str(tmp_path_factory.mktemp(f"moe_{request.param}"))
     make_tiny(folder, seed=21, fmt=request.param, config=TINY_MOE_CONFIG)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(folder, on_gpu):
+    return tensorfold.load(folder, backend="cuda" if on_gpu and "mlx4" in folder else "numpy")
+
+
+@pytest.fixture
+def twin_model(folder):
+    """A model of its own on the twins, for a control to be planted in."""
     return tensorfold.load(folder, backend="numpy")
+
+
+def host(model, logits):
+    return model.backend.to_host(logits)
 
 
 def one_row_steps(model, ids):
     state = model.net.new_state()
-    return np.concatenate([model.net.forward([t], state) for t in ids])
+    return np.concatenate([host(model, model.net.forward([t], state)) for t in ids])
 
 
 def row_count_dependent(model, monkeypatch):
@@ -47,8 +65,9 @@ def row_count_dependent(model, monkeypatch):
     monkeypatch.setattr(model.backend, "routed_experts", routed)
 
 
-def test_rows_of_a_round_pick_different_experts(model):
+def test_rows_of_a_round_pick_different_experts(twin_model):
     """What makes the promises below say something about routing: one prompt's rows spread over the experts."""
+    model = twin_model
     x = np.random.default_rng(0).normal(size=(64, model.config.hidden_size)).astype(np.float32)
     logits, _ = model.net.project(x, "layers.0.mlp.")
     ids, weights = model.backend.route(logits, model.config.num_experts_per_tok)
@@ -63,12 +82,13 @@ def test_moe_prompt_rows_equal_one_row_steps(model, length):
     assert whole.tobytes() == one_row_steps(model, ids).tobytes()
     state = model.net.new_state()
     cut = length // 3
-    chunks = np.concatenate([model.net.forward(ids[:cut], state), model.net.forward(ids[cut:], state)]) if cut \
-        else whole
+    chunks = np.concatenate([host(model, model.net.forward(ids[:cut], state)),
+                             host(model, model.net.forward(ids[cut:], state))]) if cut else whole
     assert whole.tobytes() == chunks.tobytes()
 
 
-def test_control_moe_grouped_gemm_that_follows_the_group_is_caught(model, monkeypatch):
+def test_control_moe_grouped_gemm_that_follows_the_group_is_caught(twin_model, monkeypatch):
+    model = twin_model
     ids = np.random.default_rng(3).integers(0, model.config.vocab_size, 40)
     expected = one_row_steps(model, ids)
     row_count_dependent(model, monkeypatch)
@@ -84,7 +104,7 @@ def test_moe_window_beside_a_long_stream_equals_one_row_steps(model, rows):
     model.net.forward(ids[:20], mine)
     model.net.forward(other[:30], theirs)
     got, _ = model.net.forward_round([Window(mine, ids[20:]), Window(theirs, other[30:])])
-    assert got.tobytes() == expected[20:].tobytes()
+    assert host(model, got).tobytes() == expected[20:].tobytes()
 
 
 class OracleDrafter(Drafter):
@@ -129,14 +149,21 @@ def decode_round_logits(model, prompts):
     states = [model.net.new_state() for _ in prompts]
     for state, prompt in zip(states, prompts):
         model.net.forward(prompt[:-1], state)
-    return np.concatenate(model.net.forward_round([Window(s, p[-1:]) for s, p in zip(states, prompts)]))
+    return np.concatenate([host(model, logits) for logits in model.net.forward_round(
+        [Window(s, p[-1:]) for s, p in zip(states, prompts)])])
 
 
-def test_moe_concurrent_round_equals_solo_and_its_control(model, monkeypatch):
-    """Four streams' decode rows in one round (several share an expert) against each stream's own last step; the
-    control's GEMM changes the rows that share an expert."""
+def test_moe_concurrent_round_equals_solo(model):
+    """Four streams' decode rows in one round (several share an expert) against each stream's own last step."""
     prompts = [model.tokenizer.encode(p) for p in PROMPTS]
     solo = np.concatenate([one_row_steps(model, p)[-1:] for p in prompts])
     assert decode_round_logits(model, prompts).tobytes() == solo.tobytes()
+
+
+def test_control_moe_concurrent_round_with_a_group_dependent_gemm_is_caught(twin_model, monkeypatch):
+    """Control: the grouped GEMM above changes the rows that share an expert."""
+    model = twin_model
+    prompts = [model.tokenizer.encode(p) for p in PROMPTS]
+    solo = np.concatenate([one_row_steps(model, p)[-1:] for p in prompts])
     row_count_dependent(model, monkeypatch)
     assert decode_round_logits(model, prompts).tobytes() != solo.tobytes()
