@@ -1,8 +1,8 @@
 """The MoE block on the `cuda` backend in numba's CUDA simulator, against the twins: a micro MoE model whose routed
 experts are MLX 4-bit (groups of 32) and whose other weights are bf16 (the dense layers' kernels have tests of their
-own, and the exact GEMM's tensor-core emulation is the simulator's slowest kernel), a prompt, a round of two
-streams, and decode rounds recorded as a CUDA graph and replayed (the routed experts read their experts on the
-device, so nothing in the block copies to the host)."""
+own, and the exact GEMM's tensor-core emulation is the simulator's slowest kernel): a prompt's logits, and two
+streams' prompts in one round followed by a decode round recorded as a CUDA graph and replayed (the routed experts
+read their experts on the device, so nothing in the block copies to the host)."""
 import dataclasses
 
 import numpy as np
@@ -29,7 +29,11 @@ MICRO_MOE = dataclasses.replace(
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory, simulated_module):
+def folders(request, tmp_path_factory, on_gpu):
+    """The micro model in bf16 and in MLX 4-bit. Without --gpu the module's tests run in the simulator; with it, on
+    the GPU at these micro widths."""
+    if not on_gpu:
+        request.getfixturevalue("simulated_module")
     hf = str(tmp_path_factory.mktemp("micro_moe_hf"))
     config = make_tiny(hf, seed=31, fmt="hf", config=MICRO_MOE)
     mlx = str(tmp_path_factory.mktemp("micro_moe_mlx4"))
