@@ -200,10 +200,10 @@ def test_from_file_errors_name_the_path(tmp_path):
 INVALID = {
     "missing vocab_size": (flat(vocab_size=None), "missing required field vocab_size"),
     "missing linear_value_head_dim": (flat(linear_value_head_dim=None), "missing required field linear_value_head_dim"),
-    "moe model_type": (flat(model_type="qwen3_5_moe_text"), "model_type 'qwen3_5_moe_text' .*MoE"),
+    "moe without experts": (flat(model_type="qwen3_5_moe_text"), "missing required field num_experts"),
     "other model_type": (flat(model_type="llama"), "model_type 'llama'"),
     "text_config model_type": (composite({**FLAT, "model_type": "qwen3_5_moe_text"}),
-                               "text_config.model_type 'qwen3_5_moe_text'"),
+                               "text_config.model_type 'qwen3_5_moe_text' does not belong to model_type 'qwen3_5'"),
     "zero size": (flat(hidden_size=0), "hidden_size must be a positive integer, got 0"),
     "negative size": (flat(intermediate_size=-128), "intermediate_size must be a positive integer, got -128"),
     "float size": (flat(head_dim=32.0), r"head_dim must be a positive integer, got 32\.0"),

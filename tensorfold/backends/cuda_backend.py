@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from tensorfold.backends.numpy_backend import grown_rows
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, moe, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -200,6 +200,21 @@ class CudaBackend:
         buffer = self.reserve_rows(buffer, length, length + rows.shape[0], limit)
         buffer[length:length + rows.shape[0]].copy_to_device(rows, stream=self.stream)
         return buffer
+
+    def route(self, logits, k):
+        return moe.route_launch(logits, k, stream=self.stream)
+
+    def routed_experts(self, x, ids, experts):
+        """The grouped kernels, which read each pair's expert from the device `ids`: affine experts only (their twin
+        is exact whatever the grouping; the float GEMV's walk has no grouped kernel)."""
+        for weight in (experts.gate_up, experts.down):
+            if weight.kind != "affine":
+                raise BackendError(f"backend 'cuda': routed experts stored as {weight.kind} are not supported; load an "
+                                   f"MLX 4- or 8-bit checkpoint, or use backend 'numpy'")
+        return moe.routed_experts_launch(x, ids, experts.gate_up, experts.down, stream=self.stream)
+
+    def moe_combine(self, routed, weights, shared, gate_logit):
+        return moe.combine_launch(routed, weights, shared, gate_logit, stream=self.stream)
 
     sample = staticmethod(sampling.sample)  # one host row of logits (requests with penalties or logprobs)
 

@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, moe, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -103,6 +103,12 @@ class NumpyBackend:
     silu_mul = staticmethod(elementwise.silu_mul)
     sample = staticmethod(sampling.sample)
     sample_rows = staticmethod(sampling.sample_rows)
+    route = staticmethod(moe.route)
+    moe_combine = staticmethod(moe.combine)
+
+    def routed_experts(self, x, ids, experts):
+        """The grouped twin: each expert's rows through this backend's `linear` together (moe.routed_experts)."""
+        return moe.routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear)
 
     def side_by_side(self, count: int):
         """Lanes for work that runs once per window: on NumPy, one after another, as written."""

@@ -84,6 +84,17 @@ class Ops(Protocol):
     def kv_compact(self, keys, values, committed, path):
         """(keys, values) [N, Hkv, hd] with a kept tree path's rows moved from committed + slot to committed + depth."""
 
+    # --- the sparse MoE block (tensorfold/cuda/moe.py) -------------------------------------------------------------
+
+    def route(self, logits, k):
+        """(ids int32, weights [rows, k]): each row's k likeliest experts of logits [rows, E], weights summing to 1."""
+
+    def routed_experts(self, x, ids, experts):
+        """[rows, k, hidden]: the SwiGLU of x [rows, hidden] by each (row, rank)'s expert of `experts` (moe.Experts)."""
+
+    def moe_combine(self, routed, weights, shared, gate_logit):
+        """[rows, hidden]: routed [rows, k, hidden] weighted by rank, + shared times sigmoid(gate_logit [rows, 1])."""
+
     # --- sampling -------------------------------------------------------------------------------------------------
 
     def sample(self, logits, seed, position, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 FAMILIES = ("fmath", "weights", "gemv", "gemm", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention", "argmax",
-            "sampling", "topk")
+            "sampling", "topk", "moe")
 
 
 @dataclasses.dataclass

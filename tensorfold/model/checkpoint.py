@@ -11,14 +11,22 @@ Names are brought to one canonical form (`layers.3.self_attn.q_proj.weight`): HF
 MLX conversions differ from HF in two more ways that the loader undoes: the conv weight is stored [C, K, 1]
 instead of [C, 1, K], and the centred norm weights already carry the `+1` (the norms multiply by them directly).
 The conv layout tells the two apart, as mlx-lm itself decides.
+
+An MoE layer's routed experts come in three layouts (experts.py gathers them): HF per-expert tensors
+(`mlp.experts.{e}.gate_proj.weight`, what transformers writes), HF fused ones (`mlp.experts.gate_up_proj`
+[E, 2 I, D] and `mlp.experts.down_proj` [E, D, I]) and MLX's stacked `mlp.switch_mlp.{gate,up,down}_proj`. They
+load as two Linears, `mlp.experts.gate_up_proj` [E * 2 I, D] (each expert's gate rows, then its up rows) and
+`mlp.experts.down_proj` [E * D, I]: expert e's rows are one contiguous block of each.
 """
 import dataclasses
+import math
 import os
 
 import numpy as np
 
 from tensorfold.errors import CheckpointError
 from tensorfold.model.config import ModelConfig
+from tensorfold.model.experts import gather_experts
 from tensorfold.model.files import brief, read_json_object
 from tensorfold.model.safetensors_io import read_header
 from tensorfold.numerics.formats import affine_rows, bf16_to_f32
@@ -70,9 +78,10 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
         shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
-        shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, c.hidden_size)
-        shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, c.hidden_size)
-        shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
+        shapes.update(sparse_shapes(c, p + "mlp.") if c.is_moe else {
+            p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size)})
         if kind == "linear_attention":
             nv_dv = c.linear_num_value_heads * c.linear_value_head_dim
             a = p + "linear_attn."
@@ -94,6 +103,18 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes[a + "q_norm.weight"] = (c.head_dim,)
             shapes[a + "k_norm.weight"] = (c.head_dim,)
     return shapes
+
+
+def sparse_shapes(c: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
+    """The tensors of one sparse block at prefix p (`layers.3.mlp.`): the router, the shared expert and its gate,
+    and the routed experts stacked, [experts, out, in] (gate rows, then up rows, for each expert)."""
+    experts, width, shared, hidden = (c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size,
+                                      c.hidden_size)
+    return {p + "gate.weight": (experts, hidden), p + "shared_expert_gate.weight": (1, hidden),
+            p + "shared_expert.gate_proj.weight": (shared, hidden),
+            p + "shared_expert.up_proj.weight": (shared, hidden),
+            p + "shared_expert.down_proj.weight": (hidden, shared),
+            p + "experts.gate_up_proj": (experts, 2 * width, hidden), p + "experts.down_proj": (experts, hidden, width)}
 
 
 def canonical_name(name: str) -> str | None:
@@ -174,36 +195,41 @@ def _float(info) -> np.ndarray:
 
 
 def _linear(name, shape, found, config) -> Linear:
-    """A Linear (or embedding) weight, dense or affine-quantized; quantized iff `<module>.scales` exists."""
-    out_features, in_features = shape
+    """A Linear (or embedding) weight, dense or affine-quantized; quantized iff `<module>.scales` exists. A stack
+    of experts [experts, out, in] becomes one Linear [experts * out, in]."""
+    *stack, out_features, in_features = shape
     weight = found[name]
-    module = name[:-len(".weight")]
+    module = name.removesuffix(".weight")
     scales, biases = found.get(module + ".scales"), found.get(module + ".biases")
     if scales is None:
         if biases is not None:
             raise CheckpointError(f"tensor {biases.name}: biases without scales")
         if weight.shape != shape:
             raise CheckpointError(f"tensor {weight.name}: shape {list(weight.shape)}, expected {list(shape)}")
+        rows = math.prod(shape[:-1])
         if weight.dtype == "BF16":
-            return Linear("bf16", out_features, in_features, weight.read())
-        return Linear("f32", out_features, in_features, _float(weight))
+            return Linear("bf16", rows, in_features, weight.read().reshape(rows, in_features))
+        return Linear("f32", rows, in_features, _float(weight).reshape(rows, in_features))
     if biases is None:
         raise CheckpointError(f"tensor {scales.name}: scales without biases (only affine quantization is supported)")
     if config.quantization is None:
         raise CheckpointError(f"tensor {scales.name}: the weight is quantized but config.json has no quantization")
-    spec = config.quantization.spec_for(weight.name[:-len(".weight")])
+    spec = config.quantization.spec_for(weight.name.removesuffix(".weight"))
     bits, group = spec.bits, spec.group_size
     if in_features % group:
         raise CheckpointError(f"tensor {weight.name}: in_features {in_features} is not a multiple of group_size {group}")
-    packed_shape = (out_features, in_features * bits // 32)
+    packed_shape = (*stack, out_features, in_features * bits // 32)
     if weight.dtype != "U32" or weight.shape != packed_shape:
         raise CheckpointError(f"tensor {weight.name}: {weight.dtype} {list(weight.shape)}, expected U32 "
                               f"{list(packed_shape)} for {bits}-bit weights of shape {list(shape)}")
     for part in (scales, biases):
-        if part.shape != (out_features, in_features // group):
+        if part.shape != (*stack, out_features, in_features // group):
             raise CheckpointError(f"tensor {part.name}: shape {list(part.shape)}, expected "
-                                  f"{[out_features, in_features // group]} (group_size {group})")
-    return Linear("affine", out_features, in_features, weight.read(), _float(scales), _float(biases), bits, group)
+                                  f"{[*stack, out_features, in_features // group]} (group_size {group})")
+    rows = math.prod(shape[:-1])
+    flat = lambda a: a.reshape(rows, a.shape[-1])  # noqa: E731 (an expert stack's experts one after another)
+    return Linear("affine", rows, in_features, flat(weight.read()), flat(_float(scales)), flat(_float(biases)), bits,
+                  group)
 
 
 def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> dict:
@@ -222,11 +248,14 @@ def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> di
         if canonical in found:
             raise CheckpointError(f"tensor {name}: stored twice under different prefixes")
         found[canonical] = info
+    if config.is_moe:
+        gather_experts(found, config)
     quantized_parts = {n for n in found if n.endswith((".scales", ".biases"))}
     for name, info in found.items():
         if name not in shapes and name not in quantized_parts:
             raise CheckpointError(f"unexpected tensor {info.name}: not part of this model's config")
-        if name in quantized_parts and name.rsplit(".", 1)[0] + ".weight" not in shapes:
+        module = name.rsplit(".", 1)[0]
+        if name in quantized_parts and module + ".weight" not in shapes and module not in shapes:
             raise CheckpointError(f"unexpected tensor {info.name}: not part of this model's config")
     for name in shapes:
         if name not in found:
@@ -239,7 +268,7 @@ def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> di
         names = tqdm(names, desc="loading", unit=" tensors", total=len(shapes))
     for name, shape in names:
         info = found[name]
-        if len(shape) == 2:
+        if len(shape) == 2 or ".experts." in name:
             weights[name] = _linear(name, shape, found, config)
             continue
         if name.endswith(("scales", "biases")):

@@ -4,6 +4,11 @@ Two layouts exist. Released checkpoints are composite (`model_type: "qwen3_5"`) 
 under `text_config`; text-only saves are flat (`model_type: "qwen3_5_text"`, or a flat `"qwen3_5"`). Every field
 is read from `text_config` first and from the top level as a fallback, so both layouts parse the same way.
 MLX checkpoints add a top-level `quantization` block (copied as `quantization_config`).
+
+The MoE family (`qwen3_5_moe`, text-only `qwen3_5_moe_text`) replaces every layer's MLP with the sparse block
+(tensorfold/model/moe.py): `num_experts` experts of width `moe_intermediate_size`, `num_experts_per_tok` of them
+chosen a row, and a shared expert of width `shared_expert_intermediate_size`. A dense config's four MoE sizes are
+0; an MoE config's intermediate_size is.
 """
 from __future__ import annotations
 
@@ -16,13 +21,14 @@ from tensorfold.model.files import read_json_object
 
 LINEAR_ATTENTION = "linear_attention"
 FULL_ATTENTION = "full_attention"
-MODEL_TYPES = ("qwen3_5", "qwen3_5_text")
+DENSE_MODEL_TYPES = ("qwen3_5", "qwen3_5_text")
+MOE_MODEL_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
+MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 
 # The fields no default can stand in for: they fix the shape of every weight.
 REQUIRED_FIELDS = (
     "vocab_size",
     "hidden_size",
-    "intermediate_size",
     "num_hidden_layers",
     "num_attention_heads",
     "num_key_value_heads",
@@ -32,13 +38,16 @@ REQUIRED_FIELDS = (
     "linear_key_head_dim",
     "linear_value_head_dim",
 )
+DENSE_FIELDS = ("intermediate_size",)  # the dense MLP's width; an MoE config has no dense MLP
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")
 _POSITIVE_INTS = REQUIRED_FIELDS + ("linear_conv_kernel_dim", "max_position_embeddings")
 # Bounds on the integer fields, checked before anything is built from them: the deepest released Qwen3.5 has 60
-# layers, and no size of a real model comes near 2**31.
+# layers and the widest MoE 512 experts, and no size of a real model comes near 2**31.
 MAX_LAYERS = 1024
+MAX_EXPERTS = 4096
 MAX_SIZE = 2**31 - 1
-_LIMITS = {"num_hidden_layers": MAX_LAYERS}
-# The fields `to_dict` writes under their own name, as `config.json` spells them.
+_LIMITS = {"num_hidden_layers": MAX_LAYERS, "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS}
+# The fields `to_dict` writes under their own name, as `config.json` spells them (and the family's own).
 _PLAIN_FIELDS = _POSITIVE_INTS + ("rms_norm_eps", "tie_word_embeddings")
 _QUANT_GLOBAL_KEYS = ("bits", "group_size", "mode")
 
@@ -81,7 +90,7 @@ class Quantization:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The language-model hyperparameters of a dense Qwen3.5 checkpoint, validated on construction."""
+    """The language-model hyperparameters of a Qwen3.5 checkpoint, dense or MoE, validated on construction."""
 
     # As written at the top level; left out of `==` so that both layouts of one model compare equal.
     model_type: str = field(compare=False)
@@ -105,10 +114,22 @@ class ModelConfig:
     max_position_embeddings: int
     eos_token_ids: tuple[int, ...]
     quantization: Quantization | None
+    # The sparse block's sizes: all 0 for a dense model, all positive for an MoE one (then intermediate_size is 0).
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
 
     def __post_init__(self):
-        for name in _POSITIVE_INTS:
+        for name in _POSITIVE_INTS + self.family_fields:
             _check_positive_int(name, getattr(self, name))
+        for name in MOE_FIELDS if not self.is_moe else DENSE_FIELDS:
+            if getattr(self, name) != 0:
+                kind = "an MoE" if self.is_moe else "a dense"
+                raise ConfigError(f"{name} is {getattr(self, name)!r}, but {kind} model has none: it must be 0")
+        if self.is_moe and self.num_experts_per_tok > self.num_experts:
+            raise ConfigError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be at most num_experts "
+                              f"({self.num_experts})")
         for name in ("rms_norm_eps", "rope_theta", "partial_rotary_factor"):
             value = getattr(self, name)
             if not _is_number(value) or not 0 < value < math.inf:
@@ -143,6 +164,16 @@ class ModelConfig:
             _check_token_id(token_id)
 
     @property
+    def is_moe(self) -> bool:
+        """Whether every layer's MLP is the sparse block (the MoE family)."""
+        return self.model_type in MOE_MODEL_TYPES
+
+    @property
+    def family_fields(self) -> tuple[str, ...]:
+        """The size fields of the MLP this family has: MOE_FIELDS or DENSE_FIELDS."""
+        return MOE_FIELDS if self.is_moe else DENSE_FIELDS
+
+    @property
     def rotary_dim(self) -> int:
         """How many leading dims of each query/key head are rotated (the rest pass through)."""
         return int(self.head_dim * self.partial_rotary_factor)
@@ -169,14 +200,21 @@ class ModelConfig:
         text = d.get("text_config") or {}
         if not isinstance(text, dict):
             raise ConfigError(f"text_config must be a JSON object, got {text!r}")
+        moe = model_type in MOE_MODEL_TYPES
         if "model_type" in text:
             _check_model_type("text_config.model_type", text["model_type"])
+            if (text["model_type"] in MOE_MODEL_TYPES) != moe:
+                raise ConfigError(f"text_config.model_type {text['model_type']!r} does not belong to model_type "
+                                  f"{model_type!r}: one is an MoE type and the other dense")
         # text_config wins over the top level; a null value counts as absent.
         fields = {key: value for level in (d, text) for key, value in level.items() if value is not None}
+        if moe:
+            _check_sparse_layout(fields)
         rope_theta, partial_rotary_factor = _parse_rope(fields)
         return cls(
             model_type=model_type,
-            **{name: _require(fields, name) for name in REQUIRED_FIELDS},
+            **{name: _require(fields, name) for name in REQUIRED_FIELDS + (MOE_FIELDS if moe else DENSE_FIELDS)},
+            **({"intermediate_size": 0} if moe else {}),
             layer_types=_parse_layer_types(fields),
             linear_conv_kernel_dim=fields.get("linear_conv_kernel_dim", 4),
             rms_norm_eps=fields.get("rms_norm_eps", 1e-6),
@@ -197,14 +235,15 @@ class ModelConfig:
         return cls.from_dict(read_json_object(path, error=ConfigError))
 
     def to_dict(self) -> dict:
-        """A flat `qwen3_5_text` `config.json` dict that `from_dict` and transformers both read back."""
+        """A flat `qwen3_5_text` (or `qwen3_5_moe_text`) `config.json` dict that `from_dict` and transformers both
+        read back."""
         # mRoPE splits the rotary pairs over 3 position axes; text positions are equal on all three.
         half = self.rotary_dim // 2
         mrope_section = [half // 3 + (i < half % 3) for i in range(3)]
         d = {
-            "architectures": ["Qwen3_5ForCausalLM"],
-            "model_type": "qwen3_5_text",
-            **{name: getattr(self, name) for name in _PLAIN_FIELDS},
+            "architectures": ["Qwen3_5MoeForCausalLM" if self.is_moe else "Qwen3_5ForCausalLM"],
+            "model_type": "qwen3_5_moe_text" if self.is_moe else "qwen3_5_text",
+            **{name: getattr(self, name) for name in _PLAIN_FIELDS + self.family_fields},
             "layer_types": list(self.layer_types),
             "rope_parameters": {
                 "rope_type": "default",
@@ -219,6 +258,20 @@ class ModelConfig:
             d["quantization"] = self.quantization.to_dict()
             d["quantization_config"] = self.quantization.to_dict()
         return d
+
+
+def _check_sparse_layout(fields: dict) -> None:
+    """Refuse the MoE options that would make some layers dense or leave the routed weights unnormalised: released
+    Qwen3.5 MoE models have neither, and transformers' Qwen3_5Moe implements neither."""
+    if fields.get("decoder_sparse_step", 1) != 1:
+        raise ConfigError(f"decoder_sparse_step {fields['decoder_sparse_step']!r} is not supported; only 1 (every "
+                          f"layer sparse) is")
+    if fields.get("mlp_only_layers", []) != []:
+        raise ConfigError(f"mlp_only_layers {fields['mlp_only_layers']!r} is not supported; only [] (no dense "
+                          f"layer) is")
+    if fields.get("norm_topk_prob", True) is not True:
+        raise ConfigError(f"norm_topk_prob {fields['norm_topk_prob']!r} is not supported; only true (the chosen "
+                          f"experts' weights renormalised) is")
 
 
 def _parse_rope(fields: dict) -> tuple:
@@ -300,8 +353,6 @@ def _require(d: dict, key: str, where: str = "config.json"):
 def _check_model_type(name: str, model_type) -> None:
     if model_type in MODEL_TYPES:
         return
-    if isinstance(model_type, str) and model_type.startswith("qwen3_5_moe"):
-        raise ConfigError(f"{name} {model_type!r} is not supported yet: Qwen3.5 MoE variants are not implemented")
     raise ConfigError(f"{name} {model_type!r} is not supported; expected one of {MODEL_TYPES}")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from tensorfold.model.cache import DeltaNetRecord, KeepPolicy, StreamState
 from tensorfold.model.config import ModelConfig
+from tensorfold.model.moe import sparse_block, upload_sparse_block
 from tensorfold.model.projections import PROJECTIONS, stack_projections
 from tensorfold.model.rows import RoundInputs, Window
 
@@ -27,17 +28,21 @@ class Qwen35:
 
     `projections` holds, per layer and group of PROJECTIONS, the GEMVs that compute the group: (weight, output
     widths) pairs, a stacked weight where neighbouring projections share a form. `weights` keeps every projection
-    under its own name, as a view of the rows it has in its stack, so no weight is held twice."""
+    under its own name, as a view of the rows it has in its stack, so no weight is held twice. An MoE model's
+    layers have the sparse block (moe.py) for an MLP: `experts` holds each layer's routed experts."""
 
     def __init__(self, config: ModelConfig, weights: dict, backend):
         self.config, self.ops = config, backend
-        weights, self.weights, self.projections = dict(weights), {}, {}
+        weights, self.weights, self.projections, self.experts = dict(weights), {}, {}, {}
         for i, kind in enumerate(config.layer_types):
-            for group in ("linear_attn." if kind == "linear_attention" else "self_attn.", "mlp."):
+            dense_groups = ("mlp.",) if not config.is_moe else ()
+            for group in ("linear_attn." if kind == "linear_attention" else "self_attn.",) + dense_groups:
                 prefix = f"layers.{i}.{group}"
                 self.projections[prefix], views = stack_projections(prefix, PROJECTIONS[group], weights,
                                                                     backend.upload)
                 self.weights.update(views)
+            if config.is_moe:
+                upload_sparse_block(self, f"layers.{i}.mlp.", weights)
         self.weights.update({name: backend.upload(w) for name, w in weights.items()})
         self.lm_head = self.weights.get("lm_head.weight", self.weights["embed_tokens.weight"])
 
@@ -104,6 +109,10 @@ class Qwen35:
         return logits, [int(n) for n in np.cumsum([0] + [b - a for a, b in wanted])]
 
     def mlp(self, x, p):
+        """The layer's MLP: the SwiGLU of a dense model, the sparse block of an MoE one (moe.py)."""
+        return sparse_block(self, x, p) if self.config.is_moe else self.swiglu_mlp(x, p)
+
+    def swiglu_mlp(self, x, p):
         """SwiGLU: down(SiLU(gate(x)) * up(x)). Gate and up stacked in one weight (the same form, as in every
         checkpoint we know) run as one GEMV that writes the product itself (ops.swiglu)."""
         ops, w = self.ops, self.weights

@@ -23,6 +23,11 @@ TINY_CONFIG = ModelConfig(
     linear_conv_kernel_dim=4, rms_norm_eps=1e-6, rope_theta=1e7, partial_rotary_factor=0.25,
     tie_word_embeddings=False, max_position_embeddings=4096, eos_token_ids=(2, 0), quantization=None)
 
+# The MoE member at the same widths: eight experts, two a row, every width a whole quantization group (64).
+TINY_MOE_CONFIG = dataclasses.replace(
+    TINY_CONFIG, model_type="qwen3_5_moe_text", intermediate_size=0, num_experts=8, num_experts_per_tok=2,
+    moe_intermediate_size=64, shared_expert_intermediate_size=128)
+
 
 def random_tensors(config: ModelConfig, seed: int) -> dict:
     """Random float32 weights in canonical HF form for every tensor the config implies."""
@@ -42,7 +47,7 @@ def random_tensors(config: ModelConfig, seed: int) -> dict:
         elif name.endswith("embed_tokens.weight"):
             value = rng.normal(0.0, 1.0, shape)
         else:
-            value = rng.normal(0.0, 1.0 / np.sqrt(shape[1]), shape)
+            value = rng.normal(0.0, 1.0 / np.sqrt(shape[-1]), shape)  # an expert stack's last axis is its input
         tensors[name] = value.astype(np.float32)
     return tensors
 

@@ -67,7 +67,7 @@ def write_random_mlx4(folder: str, config, seed: int) -> None:
     from tensorfold.model.safetensors_io import write_file
     from tensorfold.model.tiny_corpus import TINY_CORPUS
     from tensorfold.model.tokenizer import Tokenizer, train_bpe_tokenizer
-    from tensorfold.model.writer import write_checkpoint
+    from tensorfold.model.writer import switch_mlp_parts, write_checkpoint
 
     train_bpe_tokenizer([TINY_CORPUS], config.vocab_size - 4, folder)  # the trainer adds 4 tokens of its own
     config = dataclasses.replace(config, eos_token_ids=Tokenizer.from_folder(folder).stop_ids)
@@ -79,11 +79,16 @@ def write_random_mlx4(folder: str, config, seed: int) -> None:
         if len(shape) == 1 or name.endswith("conv1d.weight"):
             vectors[name] = random_vector(name, shape, rng).astype(np.float32)
         else:
-            std = 1.0 if name == "embed_tokens.weight" else 1.0 / math.sqrt(shape[1])
-            module = "language_model." + ("lm_head" if name == "lm_head.weight" else "model." + name[:-len(".weight")])
-            packed, scales, biases = random_affine(shape, std, rng)
-            matrices.update({module + ".weight": ("U32", packed), module + ".scales": ("BF16", scales),
-                             module + ".biases": ("BF16", biases)})
+            std = 1.0 if name == "embed_tokens.weight" else 1.0 / math.sqrt(shape[-1])
+            # an MoE layer's expert stack [experts, out, in] is stored as MLX's switch_mlp stacks
+            parts = switch_mlp_parts(name, shape) if len(shape) == 3 else [(name, slice(0, shape[0]))]
+            for part, rows in parts:
+                module = "language_model." + ("lm_head" if part == "lm_head.weight" else "model." + part.removesuffix(
+                    ".weight"))
+                lead = shape[:-2] + (rows.stop - rows.start,)  # [experts, out] or [out]
+                drawn = random_affine((math.prod(lead), shape[-1]), std, rng)
+                matrices.update({f"{module}.{field}": (dtype, array.reshape(lead + array.shape[-1:])) for field, dtype,
+                                 array in zip(("weight", "scales", "biases"), ("U32", "BF16", "BF16"), drawn)})
         if done % max(1, len(shapes) // 4) == 0:
             print(f"#   drawn {done}/{len(shapes)} tensors ({time.perf_counter() - started:.1f} s)", flush=True)
     print("#   writing the files", flush=True)

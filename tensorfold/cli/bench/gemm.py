@@ -22,14 +22,23 @@ def projections(config) -> list:
     key, value = c.linear_num_key_heads * c.linear_key_head_dim, c.linear_num_value_heads * c.linear_value_head_dim
     heads = c.linear_num_value_heads
     attention = c.num_attention_heads * c.head_dim
+    if c.is_moe:  # an MoE layer's MLP: the router beside the shared gate, one routed expert, the shared expert
+        mlp = [("mlp.gate + shared_expert_gate", c.num_experts + 1, c.hidden_size, (c.num_experts, 1), False),
+               ("mlp.experts.gate_up_proj, one expert (gated)", 2 * c.moe_intermediate_size, c.hidden_size, None,
+                True),
+               ("mlp.experts.down_proj, one expert", c.hidden_size, c.moe_intermediate_size, None, False),
+               ("mlp.shared_expert.gate/up_proj (gated)", 2 * c.shared_expert_intermediate_size, c.hidden_size, None,
+                True),
+               ("mlp.shared_expert.down_proj", c.hidden_size, c.shared_expert_intermediate_size, None, False)]
+    else:
+        mlp = [("mlp.gate/up_proj (gated)", 2 * c.intermediate_size, c.hidden_size, None, True),
+               ("mlp.down_proj", c.hidden_size, c.intermediate_size, None, False)]
     return [("linear_attn.in_proj (qkv, z, b, a)", 2 * key + 2 * value + 2 * heads, c.hidden_size,
              (2 * key + value, value, heads, heads), False),
             ("linear_attn.out_proj", c.hidden_size, value, None, False),
             ("self_attn.q/k/v_proj", 2 * attention + 2 * c.num_key_value_heads * c.head_dim, c.hidden_size,
              (2 * attention, c.num_key_value_heads * c.head_dim, c.num_key_value_heads * c.head_dim), False),
-            ("self_attn.o_proj", c.hidden_size, attention, None, False),
-            ("mlp.gate/up_proj (gated)", 2 * c.intermediate_size, c.hidden_size, None, True),
-            ("mlp.down_proj", c.hidden_size, c.intermediate_size, None, False),
+            ("self_attn.o_proj", c.hidden_size, attention, None, False), *mlp,
             ("lm_head", c.vocab_size, c.hidden_size, None, False)]
 
 

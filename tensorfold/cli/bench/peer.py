@@ -19,16 +19,19 @@ def peer_unavailable(backend_name: str) -> str | None:
 
 
 class Peer:
-    """transformers' Qwen3_5ForCausalLM with the same config in bf16, random weights, on `device`."""
+    """transformers' Qwen3_5ForCausalLM (Qwen3_5MoeForCausalLM for an MoE config) with the same config in bf16,
+    random weights, on `device`."""
 
     def __init__(self, config, device: str):
         import torch
         import transformers
         transformers.logging.set_verbosity_error()  # its fallback warnings say what `fast_paths` reports
         self.torch, self.device = torch, device
-        hf_config = transformers.Qwen3_5TextConfig(**config.to_dict())
+        family = "Qwen3_5Moe" if config.is_moe else "Qwen3_5"
+        hf_config = getattr(transformers, family + "TextConfig")(**config.to_dict())
         with torch.device(device):
-            self.model = transformers.Qwen3_5ForCausalLM._from_config(hf_config, dtype=torch.bfloat16).eval()
+            model = getattr(transformers, family + "ForCausalLM")
+            self.model = model._from_config(hf_config, dtype=torch.bfloat16).eval()
         parameters = inspect.signature(self.model.forward).parameters
         self.cache_argument = "cache" if "cache" in parameters else "past_key_values"  # the older name
 
