@@ -12,8 +12,8 @@ The routed experts are a grouped GEMM: the twin sorts the round's (row, rank) pa
 expert's rows through the exact integer GEMM (`gemm.gemm_affine`, or any row-independent `linear`), the kernels
 give every (pair, output) a thread that reads its expert from `ids` on the device (no copy to the host, so a
 decode round with experts can be recorded as a CUDA graph). A row's output depends only on that row and its
-expert: the sums are exact integers, in any order, combined group by group in increasing order in float64 (the
-arithmetic of gemm.py's docstring), so which other rows share an expert, and how many, cannot change a bit.
+expert: the sums are exact integers, in any order, combined in float64 group by group and chunk by chunk of K in
+increasing order (the arithmetic of gemm.py's docstring), so which other rows share an expert, and how many, cannot change a bit.
 
 The weighted sum is `fma32` (float64, rounded once) rank by rank, the highest weight first, then the shared
 expert's output times its gate.
@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin, silu32
-from tensorfold.cuda.gemm import P, fixed_point, gemm_affine
+from tensorfold.cuda.gemm import CHUNK_COLUMNS, P, fixed_point, gemm_affine
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
@@ -141,15 +141,18 @@ def fixed_point_kernel(x, group_size, X, exponents, sums):
 def affine_dot(X, exponents, sums, row, packed, scales, biases, weight_row, bits, group_size):
     """One output of the exact GEMM: weight row `weight_row` against x's row `row` (fixed point), in float64."""
     per_word, mask = 32 // bits, np.uint32((1 << bits) - 1)
-    acc = 0.0
-    for g in range(exponents.shape[1]):
+    groups = exponents.shape[1]
+    acc, partial = 0.0, 0.0
+    for g in range(groups):
         D = 0
         for c in range(g * group_size, (g + 1) * group_size):
             code = (packed[weight_row, c // per_word] >> np.uint32(bits * (c % per_word))) & mask
             D += np.int64(code) * np.int64(X[row, c])
         t = np.float64(scales[weight_row, g]) * np.float64(D) + np.float64(biases[weight_row, g]) * np.float64(
             sums[row, g])
-        acc += t * math.ldexp(1.0, int(exponents[row, g]) - P)  # the groups in increasing order
+        partial += t * math.ldexp(1.0, int(exponents[row, g]) - P)  # the groups in increasing order
+        if (g + 1) * group_size % CHUNK_COLUMNS == 0 or g == groups - 1:  # a chunk's partial sum, added in order
+            acc, partial = acc + partial, 0.0
     return acc
 
 
