@@ -97,7 +97,9 @@ def _experts_cases(bits):
                 down = AffineStack(*random_affine(rng, experts * hidden, width, bits, group_size), bits, group_size)
                 x = (rng.normal(size=(rows, hidden)) * np.exp(rng.normal(size=(rows, 1)))).astype(np.float32)
                 ids = np.stack([rng.permutation(experts)[:k] for _ in range(rows)]).astype(np.int32)
-                ids[0, :2], ids[1, 0] = (0, 1), 0  # experts 0 and 1 in use, expert 0 by two rows
+                ids[0, :2] = (0, 1)  # experts 0 and 1 in use, expert 0 by two rows where there are two
+                if rows > 1:
+                    ids[1, 0] = 0
                 out.append((f"{rows} rows, {experts} experts top {k}, {hidden}x{width}, groups of {group_size}",
                             {"x": x, "ids": ids, "gate_up": gate_up, "down": down}))
         return out
