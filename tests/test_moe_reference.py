@@ -8,6 +8,7 @@ import pytest
 import tensorfold
 from tensorfold.model.tiny import TINY_MOE_CONFIG, make_tiny
 from tensorfold.model.writer import dense_tensors, write_checkpoint
+from test_reference import relative_error  # the dense reference tests' measure
 
 torch = pytest.importorskip("torch", reason="the reference extra (torch, transformers) is part of `.[test]`")
 transformers = pytest.importorskip("transformers")
@@ -23,10 +24,6 @@ def reference_logits(folder, ids):
     model = transformers.Qwen3_5MoeForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
         return model(torch.tensor(np.asarray(ids))[None]).logits[0].numpy()
-
-
-def relative_error(ours, theirs):
-    return float(np.abs(ours - theirs).max() / np.abs(theirs).max())
 
 
 @pytest.fixture(scope="module")
