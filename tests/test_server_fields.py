@@ -160,8 +160,8 @@ def test_best_of_equal_to_n(served, stream):
     ("chat", {"echo": True}, "echo", "Unrecognized request argument"),
     ("chat", {"suffix": "x"}, "suffix", "Unrecognized request argument"),
     ("chat", {"add_generation_prompt": True, "continue_final_message": True}, "continue_final_message", "both"),
-    ("chat", {"continue_final_message": True, "add_generation_prompt": False}, "continue_final_message",
-     "continue"),  # the final message is the user's, which the template writes as it is: only empty text fails
+    ("chat", {"continue_final_message": True, "add_generation_prompt": False,
+              "messages": [{"role": "user", "content": ""}]}, "continue_final_message", "text to continue"),
     ("chat", {"parallel_tool_calls": False}, "parallel_tool_calls", "not supported"),
     ("chat", {"add_generation_prompt": "yes"}, "add_generation_prompt", "true or false"),
     ("completions", {"echo": 1}, "echo", "true or false"),
@@ -178,8 +178,6 @@ def test_best_of_equal_to_n(served, stream):
     ("chat", {"user": 5}, "user", "string"),
 ])
 def test_refused_fields_are_400s_that_name_them(served, route, body, param, message):
-    if param == "continue_final_message" and "both" not in message:
-        body = {**body, "messages": [{"role": "user", "content": ""}]}
     reply = post(served, route, body)
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
