@@ -14,7 +14,6 @@ does not depend on which streams share its rounds: every row's logits are the bi
 `Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue.
 """
 import dataclasses
-import numbers
 import os
 import queue
 import secrets
@@ -28,23 +27,17 @@ from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import DecodeGraphs, replays_decode_rounds
 from tensorfold.model.rows import Window
+from tensorfold.sampling import (SamplingParams, TokenHistory, is_integer, log_probabilities, process_logits,
+                                 prompt_log_probabilities)
 
 FINISHED = object()  # the queue's end marker
-
-
-def _integer(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_ids(ids, vocab_size: int) -> list:
     """Token ids as a list of ints; refused (TensorfoldError) unless every one is an integer in the vocabulary."""
     ids = list(ids)
     for i in ids:
-        if not _integer(i):
+        if not is_integer(i):
             raise TensorfoldError(f"token ids must be integers, got {i!r}")
         if not 0 <= i < vocab_size:
             raise TensorfoldError(f"token id {i} is outside the vocabulary (0 .. {vocab_size - 1})")
@@ -57,51 +50,6 @@ def check_prompt(ids, vocab_size: int) -> list:
     if not ids:
         raise TensorfoldError("the prompt is empty: give at least one token id")
     return ids
-
-
-@dataclasses.dataclass
-class SamplingParams:
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    seed: int | None = None  # None: a random seed; the draws read it modulo 2^64
-    stop_ids: tuple | None = None  # None: the model's own stop ids
-    draft: bool = True
-    presence_penalty: float = 0.0  # subtracted from a token's logit once it has been generated
-    frequency_penalty: float = 0.0  # subtracted once per time it has been generated
-    logprobs: int | None = None  # None: none; k >= 0: the chosen token's log-probability and the top k
-
-    def problems(self) -> dict:
-        """What is wrong with these parameters, by field (empty when nothing is). Every request passes this one
-        check: through `Model.generate`, the engine and the server alike."""
-        found = {}
-        if not (_integer(self.max_tokens) and self.max_tokens >= 1):
-            found["max_tokens"] = f"max_tokens must be a positive integer, got {self.max_tokens!r}"
-        if not (_real(self.temperature) and 0 <= self.temperature <= 100):
-            found["temperature"] = f"temperature must be between 0 and 100, got {self.temperature!r}"
-        if not (_real(self.top_p) and 0 < self.top_p <= 1):
-            found["top_p"] = f"top_p must be in (0, 1], got {self.top_p!r}"
-        if not (_integer(self.top_k) and 0 <= self.top_k < 2**31):  # the draws take it as an int32
-            found["top_k"] = f"top_k must be an integer from 0 (off) to 2^31 - 1, got {self.top_k!r}"
-        if not (_real(self.min_p) and 0 <= self.min_p <= 1):
-            found["min_p"] = f"min_p must be in [0, 1], got {self.min_p!r}"
-        if self.seed is not None and not (_integer(self.seed) and -2**63 <= self.seed < 2**64):
-            found["seed"] = f"seed must be an integer in [-2^63, 2^64), got {self.seed!r}"
-        for name in ("presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            if not (_real(value) and -2 <= value <= 2):
-                found[name] = f"{name} must be between -2 and 2, got {value!r}"
-        if self.logprobs is not None and not (_integer(self.logprobs) and 0 <= self.logprobs <= 20):
-            found["logprobs"] = f"top_logprobs must be an integer between 0 and 20, got {self.logprobs!r}"
-        return found
-
-    def check(self) -> None:
-        """Refuse (TensorfoldError) parameters with any of `problems`, naming each."""
-        found = self.problems()
-        if found:
-            raise TensorfoldError("; ".join(found.values()))
 
 
 @dataclasses.dataclass
@@ -124,7 +72,8 @@ class Request:
         self.stats = RequestStats(prompt_tokens=len(prompt))
         self.output: list = []
         self.logprobs: list = []  # per output token, when asked: (its log-probability, [(id, log-probability)...])
-        self.counts: dict = {}  # output token -> times generated (for the penalties)
+        self.prompt_logprobs: list = []  # the same per prompt token after the first, when asked
+        self.history = TokenHistory(prompt)  # what the bias and penalties read
         self.finish_reason: str | None = None
         self.error: Exception | None = None
         self.submitted = time.perf_counter()
@@ -160,16 +109,6 @@ class Request:
         for _ in self:
             pass
         return self.output
-
-
-def log_probabilities(logits_row, token: int, top: int) -> tuple:
-    """(log-probability of `token`, the `top` most likely (id, log-probability) pairs) under softmax(logits), in
-    float64; ties in the top list go to the lower id."""
-    row = np.asarray(logits_row, np.float64)
-    shifted = row - row.max()
-    logp = shifted - np.log(np.exp(shifted).sum())
-    best = np.argsort(-logp, kind="stable")[:top]
-    return float(logp[token]), [(int(i), float(logp[i])) for i in best]
 
 
 class Stream:
@@ -224,6 +163,7 @@ class Engine:
         params = params or SamplingParams()
         params.check()
         prompt = check_prompt(prompt, self.model.config.vocab_size)
+        check_ids(params.logit_bias or (), self.model.config.vocab_size)
         if len(prompt) + params.max_tokens > self.context:
             raise TensorfoldError(
                 f"This model's maximum context length is {self.context} tokens. However, you requested "
@@ -281,19 +221,25 @@ class Engine:
 
         The draws of the whole round are made in one backend call, on the device when the backend has one, and only
         the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
-        position it has if the walk reaches it. A request with penalties or logprobs (which follow the tokens
-        emitted so far) draws on the host, a row at a time as the walk reaches it. A prompt chunk that does not end
-        the prompt draws nothing."""
+        position it has if the walk reaches it. A request whose logits are processed (`process_logits`, which
+        reads the tokens emitted so far) or that asks for logprobs draws on the host, a row at a time as the walk
+        reaches it. A prompt chunk that does not end the prompt draws nothing; one whose request asks for the
+        prompt's logprobs records them."""
         draws, batch = [None] * len(streams), []
         for s, (stream, window) in enumerate(zip(streams, windows)):
             request, p = stream.request, stream.request.params
-            if window.logits_for == "last" and stream.prompt_fed + len(window.ids) < len(request.prompt):
+            prompting = stream.prompt_fed < len(request.prompt)
+            scoring = prompting and p.prompt_logprobs is not None
+            if prompting and stream.prompt_fed + len(window.ids) < len(request.prompt) and not scoring:
                 continue
-            if p.presence_penalty or p.frequency_penalty or p.logprobs is not None:
+            if p.processes_logits or p.logprobs is not None or scoring:
                 host = self.model.backend.to_host(logits[starts[s]:starts[s + 1]])
+                if scoring:
+                    request.prompt_logprobs += prompt_log_probabilities(host, request.prompt, stream.prompt_fed,
+                                                                        p.prompt_logprobs)
                 draws[s] = lambda row, request=request, host=host: self._sample(request, host[row])
                 continue
-            depths = [0] if window.logits_for == "last" else window.depths
+            depths = [0] if prompting else window.depths
             batch.append((s, [len(request.output) + d for d in depths], request))
         if batch:
             backend = self.model.backend
@@ -317,7 +263,8 @@ class Engine:
         """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
         stream = Stream(request, self.model.net.new_state(max_rows=self.context, policy=self.keep),
                         self.drafter.new_stream() if request.params.draft else None)
-        snapshot = self.prompt_cache.lookup(request.prompt) if self.prompt_cache is not None else None
+        resumes = self.prompt_cache is not None and request.params.prompt_logprobs is None  # scoring runs every row
+        snapshot = self.prompt_cache.lookup(request.prompt) if resumes else None
         if snapshot is not None:
             snapshot.restore(stream.state)
             if stream.draft_state is not None:
@@ -329,7 +276,9 @@ class Engine:
         """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain."""
         prompt = stream.request.prompt
         if stream.prompt_fed < len(prompt):
-            return Window(stream.state, prompt[stream.prompt_fed:stream.prompt_fed + self.chunk], "last")
+            rows = prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
+            scoring = stream.request.params.prompt_logprobs is not None and len(rows) > 1  # (one row: its last)
+            return Window(stream.state, rows, "all" if scoring else "last")
         request = stream.request
         room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste
         drafts, parents = self.drafter.propose_tree(stream.tokens, room, stream.draft_state) \
@@ -343,7 +292,7 @@ class Engine:
         """Keep the accepted rows and hand out the new tokens (`draw(row)`: the model's token at a row)."""
         request = stream.request
         request.stats.rounds += 1
-        if window.logits_for == "last":  # a prompt chunk
+        if stream.prompt_fed < len(request.prompt):  # a prompt chunk
             self._observe(stream, window, range(len(window.ids)))
             stream.state.keep(len(window.ids), write_back=True)  # a prompt chunk lands pending rows
             stream.prompt_fed += len(window.ids)
@@ -351,7 +300,7 @@ class Engine:
                 draft = self.drafter.save(stream.draft_state) if stream.draft_state is not None else None
                 self.prompt_cache.store(request.prompt[:stream.prompt_fed], stream.state, draft)
             if stream.prompt_fed == len(request.prompt):
-                self._emit(stream, draw(0))
+                self._emit(stream, draw(-1))  # the chunk's last row
             return
         drafts = window.ids[1:]
         request.stats.drafted += len(drafts)
@@ -400,14 +349,11 @@ class Engine:
         self.drafter.observe(stream.draft_state, kept, stream.state.length)
 
     def _sample(self, request: Request, logits_row) -> int:
-        """The token for the request's next output position. Penalties and logprobs depend only on the output so
-        far, which a drafted row and a one-row step share, so they keep drafted output equal to undrafted."""
+        """The token for the request's next output position. The processing and the logprobs depend only on the
+        settings and the tokens so far, which a drafted row and a one-row step share, so they keep drafted output
+        equal to undrafted."""
         p = request.params
-        if (p.presence_penalty or p.frequency_penalty) and request.counts:
-            logits_row = np.array(logits_row, np.float32, copy=True)
-            seen = np.fromiter(request.counts, np.int64)
-            times = np.fromiter(request.counts.values(), np.float32)
-            logits_row[seen] -= np.float32(p.presence_penalty) + np.float32(p.frequency_penalty) * times
+        logits_row = process_logits(logits_row, p, request.history)
         token = self.model.backend.sample(logits_row, request.seed, len(request.output), p.temperature, p.top_k,
                                           p.top_p, p.min_p)
         if p.logprobs is not None:
@@ -424,7 +370,7 @@ class Engine:
         if request.first_token_at is None:
             request.first_token_at = time.perf_counter()
         request.output.append(token)
-        request.counts[token] = request.counts.get(token, 0) + 1
+        request.history.add(token)
         request.stats.output_tokens += 1
         request._put(token)
         stream.next_token = token

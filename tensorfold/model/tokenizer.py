@@ -75,17 +75,24 @@ class Tokenizer:
         ids = [int(i) for i in ids]  # NumPy integers are not accepted by `tokenizers`
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None, tokenize=False, **kwargs):
+    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None, tokenize=False,
+                            continue_final_message=False, **kwargs):
         """Render `messages` (and `tools`) to prompt text, or its ids if `tokenize`.
 
-        Extra keyword arguments (such as `enable_thinking`) are passed to the template. A template's
-        `raise_exception` raises `jinja2.TemplateError`.
+        With `continue_final_message` (and no generation prompt) the text ends right after the last message's
+        content, left open for the model to continue, as in `transformers`. Extra keyword arguments (such as
+        `enable_thinking`) are passed to the template. A template's `raise_exception` raises
+        `jinja2.TemplateError`; a final message that cannot be continued raises ValueError.
         """
         if self._template is None:
             raise CheckpointError("the checkpoint has no chat template (no chat_template.jinja, and no "
                                   "chat_template in tokenizer_config.json)")
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
         text = self._template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                      **kwargs)
+        if continue_final_message:
+            text = open_final_message(text, messages[-1].get("content") if messages else None)
         return self.encode(text) if tokenize else text
 
     def decoder(self, skip_special_tokens: bool = False) -> "StreamDecoder":
@@ -127,6 +134,22 @@ class StreamDecoder:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+
+def open_final_message(text: str, content) -> str:
+    """`text` cut right after the last occurrence of the final message's text (the last text part of a list), so
+    that whatever the template writes to close the message is gone; as `transformers` does, trailing spaces that
+    the template trimmed stay trimmed."""
+    if isinstance(content, list):
+        content = next((part["text"] for part in reversed(content) if isinstance(part, dict) and "text" in part), None)
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("continue_final_message needs a final message with text to continue")
+    at = text.rfind(content.strip())
+    if at < 0:
+        raise ValueError("continue_final_message: the chat template does not write the final message's text as it "
+                         "is, so it cannot be continued")
+    whole = text[at:at + len(content.lstrip())] == content  # the template kept the message's trailing spaces
+    return text[:at + len(content.lstrip() if whole else content.strip())]
 
 
 def compile_chat_template(source: str) -> jinja2.Template:

@@ -53,6 +53,7 @@ class Choice:
     def __init__(self, index, request, text):
         self.index, self.request, self.text = index, request, text
         self.chat: ChatOutput | None = None
+        self.echo: str | None = None  # (completions) the prompt's text, sent before the output
         self.tokens_seen = 0  # tokens handled so far (their logprobs are request.logprobs[:tokens_seen])
         self.logprobs_sent = 0
         self.stopped_at: int | None = None  # tokens up to the one that completed a stop string
@@ -211,12 +212,16 @@ class Server:
     def render_chat(self, body) -> tuple:
         """(prompt ids, whether the prompt opened a think block) for a chat request."""
         messages, kwargs = read_messages(body), protocol.read_template_kwargs(body)
+        add_generation_prompt, continue_final_message = protocol.read_template_flags(body)
         tools = body.get("tools")
         if tools is not None and not (isinstance(tools, list) and tools and all(isinstance(t, dict) for t in tools)):
             raise APIError(400, "tools must be a non-empty list of tool objects", "tools")
         try:
-            text = self.model.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                                            **kwargs)
+            text = self.model.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                continue_final_message=continue_final_message, **kwargs)
+        except ValueError as e:  # the final message cannot be continued
+            raise APIError(400, str(e), "continue_final_message") from None
         except Exception as e:  # noqa: BLE001 (the template compiled at load: what fails now is these messages)
             message = getattr(e, "message", None) or str(e)
             raise APIError(400, f"the chat template refused these messages: {message}", "messages") from None
@@ -313,9 +318,7 @@ class Server:
         ids = choice.output[first:choice.tokens_seen]
         choice.logprobs_sent = choice.tokens_seen
 
-        def piece(token):
-            return self.model.tokenizer.decode([token])
-
+        piece = self.piece
         if chat:
             return {"content": [{"token": piece(t), "logprob": lp, "bytes": self.token_bytes(t),
                                  "top_logprobs": [{"token": piece(i), "logprob": v, "bytes": self.token_bytes(i)}
@@ -323,6 +326,26 @@ class Server:
                                 for t, (lp, top) in zip(ids, entries)]}
         return {"tokens": [piece(t) for t in ids], "token_logprobs": [lp for lp, _ in entries],
                 "top_logprobs": [{piece(i): v for i, v in top} for _, top in entries]}
+
+    def piece(self, token: int) -> str:
+        """A token's text, alone (with U+FFFD for a part of a character)."""
+        return self.model.tokenizer.decode([token])
+
+    def echo_logprobs(self, choice, ids):
+        """The completions API's logprobs of an echoed prompt: its first token has none (nothing predicts it)."""
+        request = choice.request
+        if request.params.prompt_logprobs is None:
+            return None
+        entries = [(None, None)] + request.prompt_logprobs
+        return {"tokens": [self.piece(t) for t in ids[:len(entries)]], "token_logprobs": [lp for lp, _ in entries],
+                "top_logprobs": [None if top is None else {self.piece(i): v for i, v in top} for _, top in entries]}
+
+    @staticmethod
+    def joined(first, second):
+        """Two completions logprobs objects as one, list by list (either may be None)."""
+        if first is None or second is None:
+            return second if first is None else first
+        return {key: first[key] + second[key] for key in first}
 
     def choice_extras(self, choice) -> dict:
         r = choice.request
@@ -332,24 +355,35 @@ class Server:
 
     async def completions(self, http_request):
         body = await self.body(http_request)
+        protocol.check_fields(body, "completions")
         ids = await asyncio.to_thread(self.prompt_ids, body)
-        generation = read_generation(body, default_max_tokens=16, chat=False)
-        return await self.generate(http_request, ids, generation, chat=None)
+        generation = read_generation(body, default_max_tokens=16, chat=False, vocab_size=self.model.config.vocab_size,
+                                     model_stop_ids=self.model.tokenizer.stop_ids)
+        echo = None
+        if generation.echo:
+            prompt = read_prompt(body, self.model.config.vocab_size)
+            echo = prompt if isinstance(prompt, str) else self.model.tokenizer.decode(ids)
+        return await self.generate(http_request, ids, generation, chat=None, echo=echo)
 
     async def chat_completions(self, http_request):
         body = await self.body(http_request)
+        protocol.check_fields(body, "chat")
         ids, thinking = await asyncio.to_thread(self.render_chat, body)
         room = max(1, self.engine.context - len(ids))
-        generation = read_generation(body, default_max_tokens=min(protocol.DEFAULT_CHAT_MAX_TOKENS, room), chat=True)
+        generation = read_generation(body, default_max_tokens=min(protocol.DEFAULT_CHAT_MAX_TOKENS, room), chat=True,
+                                     vocab_size=self.model.config.vocab_size,
+                                     model_stop_ids=self.model.tokenizer.stop_ids)
         return await self.generate(http_request, ids, generation, chat=thinking)
 
-    async def generate(self, http_request, ids, generation, chat):
-        """Run the choices; `chat` is None for /v1/completions, else whether the prompt opened a think block."""
+    async def generate(self, http_request, ids, generation, chat, echo=None):
+        """Run the choices; `chat` is None for /v1/completions, else whether the prompt opened a think block;
+        `echo`, the prompt's text that each completion choice starts with."""
         started = time.perf_counter()
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         choices = self.submit(ids, generation, events, loop)
         for choice in choices:
             choice.chat = ChatOutput(chat) if chat is not None else None
+            choice.echo = echo
         reply_id = ("chatcmpl-" if chat is not None else "cmpl-") + uuid.uuid4().hex
         head = {"id": reply_id, "created": int(time.time()), "model": self.name}
         if generation.stream:
@@ -373,7 +407,9 @@ class Server:
                 choice.chat.push(choice.text.text, final=True)
         self.account(choices, started)
         if chat is None:
-            body = [{"index": c.index, "text": c.text.text, "logprobs": self.logprobs(c, chat=False),
+            body = [{"index": c.index, "text": (c.echo or "") + c.text.text,
+                     "logprobs": self.joined(self.echo_logprobs(c, ids) if c.echo is not None else None,
+                                             self.logprobs(c, chat=False)),
                      "finish_reason": c.finish_reason,
                      **self.choice_extras(c)} for c in choices]
             return JSONResponse({**head, "object": "text_completion", "choices": body,
@@ -405,8 +441,8 @@ class Server:
         kind = "chat.completion.chunk" if chat else "text_completion"
         usage = {"usage": None} if generation.include_usage else {}
 
-        def chunk(choice, delta=None, finish=None, **extra):
-            logprobs = self.logprobs(choice, chat, everything=False) if delta else None
+        def chunk(choice, delta=None, finish=None, logprobs=None, **extra):
+            logprobs = logprobs or (self.logprobs(choice, chat, everything=False) if delta else None)
             if chat:
                 item = {"index": choice.index, "delta": delta or {}, "logprobs": logprobs, "finish_reason": finish}
             else:
@@ -421,6 +457,9 @@ class Server:
             if choice is None:
                 yield ": keep-alive\n\n"
                 continue
+            if choice.echo is not None:  # the prompt's text, once its logprobs (if asked) are all in
+                yield chunk(choice, {"content": choice.echo}, logprobs=self.echo_logprobs(choice, ids))
+                choice.echo = None
             if token is FINISHED and choice.request.error is not None:
                 error = APIError(500, f"the engine failed on this request: {choice.request.error!r}",
                                  kind="InternalServerError")

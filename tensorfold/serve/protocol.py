@@ -1,8 +1,8 @@
 """Reading OpenAI-style request bodies into engine parameters, and the OpenAI error shape.
 
 Every problem with a request becomes an `APIError` with an HTTP status and a message that names the field; the
-app turns it into `{"error": {"message", "type", "param", "code"}}`. Unknown fields are ignored, as OpenAI-
-compatible servers do.
+app turns it into `{"error": {"message", "type", "param", "code"}}`. Each route reads the fields of its table
+(`FIELDS`) and refuses any other, so that no field is silently ignored; null is "not given" for every field.
 """
 import dataclasses
 import json
@@ -13,6 +13,20 @@ from tensorfold.errors import TensorfoldError
 MAX_N = 8  # choices per request
 MAX_DEPTH = 32  # nesting of arrays and objects in a body: far past any OpenAI request, far short of recursion limits
 DEFAULT_CHAT_MAX_TOKENS = 1024  # a chat request without max_tokens: this many, or what its context leaves if fewer
+# The fields each route reads (docs/serving.rst, "Request fields", says what each does).
+SHARED_FIELDS = frozenset({
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n", "stop",
+    "stream", "stream_options", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+    "stop_token_ids", "logprobs", "draft", "user"})
+FIELDS = {
+    "chat": SHARED_FIELDS | {"messages", "tools", "tool_choice", "response_format", "parallel_tool_calls",
+                             "chat_template_kwargs", "top_logprobs", "add_generation_prompt",
+                             "continue_final_message"},
+    "completions": SHARED_FIELDS | {"prompt", "echo", "best_of"},
+}
+STREAM_OPTIONS = frozenset({"include_usage"})
+# Fields a route knows but refuses, with the reason.
+REFUSED = {"completions": {"suffix": "suffix is not supported: this server does not insert text before a suffix"}}
 # the template call's own keywords, which chat_template_kwargs may not override
 TEMPLATE_KEYWORDS = frozenset({"messages", "tools", "add_generation_prompt", "tokenize", "namespace",
                                "raise_exception", "kwargs"})
@@ -73,6 +87,28 @@ def check_values(body: dict) -> None:
             todo.extend((key, depth + 1, field) for key in value)
 
 
+def check_fields(body: dict, route: str) -> None:
+    """Refuse (400, naming it) every field that `route` does not read and that is not null."""
+    for name, value in body.items():
+        if value is None:
+            continue
+        if name in REFUSED.get(route, {}):
+            raise APIError(400, REFUSED[route][name], name)
+        if name not in FIELDS[route]:
+            raise APIError(400, f"Unrecognized request argument supplied: {name} (this server does not read it)",
+                           name)
+
+
+def _flag(body, name, default: bool) -> bool:
+    """A field that must be true or false, or `default` when absent."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise APIError(400, f"{name} must be true or false, got {value!r}", name)
+    return value
+
+
 def _number(body, name, default, integer=False):
     """A field that must be a JSON number (an integer where `integer`), or `default` when absent. Its range is the
     engine's check (`SamplingParams.problems`), or the caller's."""
@@ -93,6 +129,7 @@ class Generation:
     stream: bool
     include_usage: bool
     stop: list  # stop strings
+    echo: bool = False  # (completions) the prompt's text before the output, and its logprobs when asked
 
 
 def read_logprobs(body: dict, chat: bool):
@@ -109,8 +146,62 @@ def read_logprobs(body: dict, chat: bool):
     return _number(body, "logprobs", None, integer=True)
 
 
-def read_generation(body: dict, default_max_tokens: int, chat: bool) -> Generation:
-    """The sampling and output fields shared by /v1/completions and /v1/chat/completions."""
+def read_logit_bias(body: dict, vocab_size: int) -> dict | None:
+    """OpenAI's logit_bias, {"token id": bias}, as {id: bias}: ids in the vocabulary, biases from -100 to 100."""
+    bias = body.get("logit_bias")
+    if bias is None or bias == {}:
+        return None
+    if not isinstance(bias, dict):
+        raise APIError(400, "logit_bias must be an object mapping token ids to biases", "logit_bias")
+    read = {}
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit()):
+            raise APIError(400, f"logit_bias: {key!r} is not a token id", "logit_bias")
+        if not 0 <= int(key) < vocab_size:
+            raise APIError(400, f"logit_bias: token id {key} is outside the vocabulary (0 .. {vocab_size - 1})",
+                           "logit_bias")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise APIError(400, f"logit_bias: the bias of token {key} must be a number from -100 to 100, got "
+                           f"{value!r}", "logit_bias")
+        read[int(key)] = value
+    return read
+
+
+def read_stop_ids(body: dict, vocab_size: int, model_stop_ids) -> tuple | None:
+    """The stop ids: the model's own plus `stop_token_ids`; None (the model's own) when none are given."""
+    extra = body.get("stop_token_ids")
+    if extra is None:
+        return None
+    if not (isinstance(extra, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in extra)):
+        raise APIError(400, "stop_token_ids must be a list of token ids", "stop_token_ids")
+    return tuple(dict.fromkeys([*model_stop_ids, *read_ids(extra, vocab_size, "stop_token_ids")]))
+
+
+def read_stream_options(body: dict) -> bool:
+    """Whether `stream_options` asks for the usage chunk."""
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise APIError(400, "stream_options must be an object", "stream_options")
+    unknown = sorted(set(options) - STREAM_OPTIONS)
+    if unknown:
+        raise APIError(400, f"stream_options.{unknown[0]} is not supported (only include_usage)", "stream_options")
+    return _flag(options, "include_usage", False)
+
+
+def read_template_flags(body: dict) -> tuple:
+    """(add_generation_prompt, continue_final_message) of a chat request; both true is refused, as vLLM does."""
+    add = _flag(body, "add_generation_prompt", True)
+    continuing = _flag(body, "continue_final_message", False)
+    if add and continuing:
+        raise APIError(400, "continue_final_message needs add_generation_prompt: false (the two cannot both be "
+                       "true)", "continue_final_message")
+    return add, continuing
+
+
+def read_generation(body: dict, default_max_tokens: int, chat: bool, vocab_size: int,
+                    model_stop_ids=()) -> Generation:
+    """The sampling and output fields of /v1/completions and /v1/chat/completions (`chat`); `model_stop_ids` are
+    the checkpoint's, which stop_token_ids adds to."""
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _number(body, name, default_max_tokens, integer=True)
     stop = body.get("stop")
@@ -120,19 +211,14 @@ def read_generation(body: dict, default_max_tokens: int, chat: bool) -> Generati
         stop = [stop]
     elif not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop) and len(stop) <= 16):
         raise APIError(400, "stop must be a non-empty string or a list of up to 16 non-empty strings", "stop")
-    draft = body.get("draft")
-    draft = True if draft is None else draft
-    if not isinstance(draft, bool):
-        raise APIError(400, f"draft must be true or false, got {draft!r}", "draft")
-    stream = body.get("stream")
-    stream = False if stream is None else stream
-    if not isinstance(stream, bool):
-        raise APIError(400, f"stream must be true or false, got {stream!r}", "stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise APIError(400, "stream_options must be an object", "stream_options")
-    if body.get("logit_bias") not in (None, {}):
-        raise APIError(400, "logit_bias is not supported by this server yet", "logit_bias")
+    draft, stream = _flag(body, "draft", True), _flag(body, "stream", False)
+    echo = False if chat else _flag(body, "echo", False)
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise APIError(400, f"user must be a string, got {body['user']!r}", "user")
+    if chat and _flag(body, "parallel_tool_calls", True) is False:
+        raise APIError(400, "parallel_tool_calls: false is not supported: an answer may hold several tool calls",
+                       "parallel_tool_calls")
+    logprobs = read_logprobs(body, chat)
     top_k = _number(body, "top_k", 0, integer=True)
     params = SamplingParams(
         max_tokens=max_tokens,
@@ -143,17 +229,26 @@ def read_generation(body: dict, default_max_tokens: int, chat: bool) -> Generati
         seed=_number(body, "seed", None, integer=True),
         presence_penalty=_number(body, "presence_penalty", 0.0),
         frequency_penalty=_number(body, "frequency_penalty", 0.0),
-        logprobs=read_logprobs(body, chat),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0),
+        logit_bias=read_logit_bias(body, vocab_size),
+        stop_ids=read_stop_ids(body, vocab_size, model_stop_ids),
+        logprobs=logprobs,
+        prompt_logprobs=logprobs if echo else None,
         draft=draft)
     problems = params.problems()
     if problems:
         field, message = next(iter(problems.items()))
-        names = {"max_tokens": name, "logprobs": "top_logprobs" if chat else "logprobs"}  # the request's names
+        names = {"max_tokens": name, "logprobs": "top_logprobs" if chat else "logprobs",  # the request's names
+                 "prompt_logprobs": "logprobs"}
         raise APIError(400, message, names.get(field, field))
     n = _number(body, "n", 1, integer=True)
     if not 1 <= n <= MAX_N:
         raise APIError(400, f"n must be an integer between 1 and {MAX_N}, got {n!r}", "n")
-    return Generation(params, n, stream, bool(options.get("include_usage", False)), stop)
+    best_of = _number(body, "best_of", n, integer=True)
+    if best_of != n:
+        raise APIError(400, f"best_of must equal n ({n}): this server returns every choice it makes, got {best_of}",
+                       "best_of")
+    return Generation(params, n, stream, read_stream_options(body), stop, echo)
 
 
 def read_messages(body: dict) -> list:
