@@ -25,9 +25,11 @@ import numpy as np
 
 from tensorfold.drafters.base import Drafter
 from tensorfold.errors import TensorfoldError
+from tensorfold.grammar import Grammar
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import DecodeGraphs, replays_decode_rounds
 from tensorfold.model.rows import Window
+from tensorfold.numerics.logprobs import log_probabilities
 
 FINISHED = object()  # the queue's end marker
 
@@ -72,6 +74,7 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from a token's logit once it has been generated
     frequency_penalty: float = 0.0  # subtracted once per time it has been generated
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's log-probability and the top k
+    grammar: Grammar | None = None  # None: any token; else only what the grammar allows (tensorfold/grammar.py)
 
     def problems(self) -> dict:
         """What is wrong with these parameters, by field (empty when nothing is). Every request passes this one
@@ -125,6 +128,7 @@ class Request:
         self.output: list = []
         self.logprobs: list = []  # per output token, when asked: (its log-probability, [(id, log-probability)...])
         self.counts: dict = {}  # output token -> times generated (for the penalties)
+        self.matcher = params.grammar.matcher() if params.grammar is not None else None  # after the output so far
         self.finish_reason: str | None = None
         self.error: Exception | None = None
         self.submitted = time.perf_counter()
@@ -160,16 +164,6 @@ class Request:
         for _ in self:
             pass
         return self.output
-
-
-def log_probabilities(logits_row, token: int, top: int) -> tuple:
-    """(log-probability of `token`, the `top` most likely (id, log-probability) pairs) under softmax(logits), in
-    float64; ties in the top list go to the lower id."""
-    row = np.asarray(logits_row, np.float64)
-    shifted = row - row.max()
-    logp = shifted - np.log(np.exp(shifted).sum())
-    best = np.argsort(-logp, kind="stable")[:top]
-    return float(logp[token]), [(int(i), float(logp[i])) for i in best]
 
 
 class Stream:
@@ -281,15 +275,15 @@ class Engine:
 
         The draws of the whole round are made in one backend call, on the device when the backend has one, and only
         the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
-        position it has if the walk reaches it. A request with penalties or logprobs (which follow the tokens
-        emitted so far) draws on the host, a row at a time as the walk reaches it. A prompt chunk that does not end
-        the prompt draws nothing."""
+        position it has if the walk reaches it. A request with penalties, logprobs or a grammar (which follow the
+        tokens emitted so far) draws on the host, a row at a time as the walk reaches it. A prompt chunk that does
+        not end the prompt draws nothing."""
         draws, batch = [None] * len(streams), []
         for s, (stream, window) in enumerate(zip(streams, windows)):
             request, p = stream.request, stream.request.params
             if window.logits_for == "last" and stream.prompt_fed + len(window.ids) < len(request.prompt):
                 continue
-            if p.presence_penalty or p.frequency_penalty or p.logprobs is not None:
+            if p.presence_penalty or p.frequency_penalty or p.logprobs is not None or p.grammar is not None:
                 host = self.model.backend.to_host(logits[starts[s]:starts[s + 1]])
                 draws[s] = lambda row, request=request, host=host: self._sample(request, host[row])
                 continue
@@ -400,16 +394,20 @@ class Engine:
         self.drafter.observe(stream.draft_state, kept, stream.state.length)
 
     def _sample(self, request: Request, logits_row) -> int:
-        """The token for the request's next output position. Penalties and logprobs depend only on the output so
-        far, which a drafted row and a one-row step share, so they keep drafted output equal to undrafted."""
+        """The token for the request's next output position. Penalties, logprobs and the grammar's mask depend only
+        on the output so far, which a drafted row and a one-row step share, so they keep drafted output equal to
+        undrafted."""
         p = request.params
         if (p.presence_penalty or p.frequency_penalty) and request.counts:
             logits_row = np.array(logits_row, np.float32, copy=True)
             seen = np.fromiter(request.counts, np.int64)
             times = np.fromiter(request.counts.values(), np.float32)
             logits_row[seen] -= np.float32(p.presence_penalty) + np.float32(p.frequency_penalty) * times
-        token = self.model.backend.sample(logits_row, request.seed, len(request.output), p.temperature, p.top_k,
+        allowed = logits_row if request.matcher is None else request.matcher.mask(logits_row)
+        token = self.model.backend.sample(allowed, request.seed, len(request.output), p.temperature, p.top_k,
                                           p.top_p, p.min_p)
+        if request.matcher is not None:  # every draw is emitted next (or ends the request)
+            request.matcher.advance(token)
         if p.logprobs is not None:
             request.logprobs.append(log_probabilities(logits_row, token, p.logprobs))
         return token

@@ -19,7 +19,7 @@ LAYERS = [
     ["backends"],
     ["model"],
     ["drafters"],
-    ["prompt_cache", "engine"],
+    ["prompt_cache", "grammar", "engine"],
     ["api", "__init__"],
     ["serve"],
     ["cli"],

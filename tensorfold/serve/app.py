@@ -28,6 +28,7 @@ from tensorfold.serve import protocol
 from tensorfold.serve.metrics import Metrics
 from tensorfold.serve.output import ChatOutput, TextOutput
 from tensorfold.serve.protocol import APIError, read_generation, read_ids, read_messages, read_prompt
+from tensorfold.serve.structured import read_grammar
 from tensorfold.serve.tokens import TokenBytes, encode
 
 MAX_BODY_BYTES = 4 << 20
@@ -334,6 +335,7 @@ class Server:
         body = await self.body(http_request)
         ids = await asyncio.to_thread(self.prompt_ids, body)
         generation = read_generation(body, default_max_tokens=16, chat=False)
+        generation.params.grammar = await asyncio.to_thread(read_grammar, body, self.model, chat=False)
         return await self.generate(http_request, ids, generation, chat=None)
 
     async def chat_completions(self, http_request):
@@ -341,6 +343,7 @@ class Server:
         ids, thinking = await asyncio.to_thread(self.render_chat, body)
         room = max(1, self.engine.context - len(ids))
         generation = read_generation(body, default_max_tokens=min(protocol.DEFAULT_CHAT_MAX_TOKENS, room), chat=True)
+        generation.params.grammar = await asyncio.to_thread(read_grammar, body, self.model, True, thinking)
         return await self.generate(http_request, ids, generation, chat=thinking)
 
     async def generate(self, http_request, ids, generation, chat):
