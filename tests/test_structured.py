@@ -13,6 +13,7 @@ from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.grammar import Grammar, GrammarError
 from tensorfold.models import DEFAULT_MODEL
+from tensorfold.prompt_cache import PromptCache
 from tensorfold.serve.app import Server
 
 from test_server import Running
@@ -25,7 +26,10 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
         "city": {"type": "string", "maxLength": 10}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
         "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
-    "type": "object", "required": ["zone"], "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}}}}}
+    "type": "object", "required": ["zone"],
+    "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}}}}}
+MOOD = {"type": "function", "function": {"name": "set_mood", "parameters": {
+    "type": "object", "required": ["mood"], "properties": {"mood": {"type": "string", "enum": ["merry", "sad"]}}}}}
 SAMPLINGS = [dict(temperature=0.0), dict(temperature=0.9, seed=7)]
 
 
@@ -183,7 +187,8 @@ def test_drafted_equals_undrafted_under_a_grammar_and_a_mask_that_skips_drafted_
 
 @pytest.fixture(scope="module")
 def served(model):
-    engine = Engine(model, parallel=16, context=512, drafter=NgramDrafter(), chunk=64)
+    engine = Engine(model, parallel=16, context=1024, drafter=NgramDrafter(), max_draft=4, chunk=32,
+                    prompt_cache=PromptCache(64 << 20, 32))  # the tools' long system turn runs once
     running = Running(Server(engine, "tiny-shakespeare"))
     yield running
     running.stop()
@@ -217,19 +222,21 @@ def ask(client, chat, stream, extra, **fields):
     return text, last.finish_reason, last.model_extra["token_sha256"], []
 
 
-def every_way(served, **fields) -> dict:
-    """The same request for every (chat, stream, sampling, draft), sent at once: {case: answer}."""
+EVERY_WAY = [(chat, stream, s, draft) for chat in (True, False) for stream in (False, True) for s in (0, 1)
+             for draft in (True, False)]  # (chat, stream, sampling, draft)
+
+
+def every_way(served, cases, max_tokens, **fields) -> dict:
+    """The same request in each way of `cases` (as EVERY_WAY's), sent at once: {case: answer}."""
     client = served.client()
-    cases = [(chat, stream, s, draft) for chat in (True, False) for stream in (False, True)
-             for s in range(len(SAMPLINGS)) for draft in (True, False)]
     with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
-        futures = {case: pool.submit(ask, client, case[0], case[1], {"draft": case[3]}, max_tokens=48,
+        futures = {case: pool.submit(ask, client, case[0], case[1], {"draft": case[3]}, max_tokens=max_tokens,
                                      **SAMPLINGS[case[2]], **fields) for case in cases}
         return {case: future.result() for case, future in futures.items()}
 
 
 def test_json_schema_answers_parse_and_validate_every_way(served):
-    answers = every_way(served, response_format={"type": "json_schema", "json_schema": {
+    answers = every_way(served, EVERY_WAY, 48, response_format={"type": "json_schema", "json_schema": {
         "name": "person", "schema": PERSON, "strict": True}})
     for (chat, stream, s, draft), (text, finish, sha, _) in answers.items():
         assert finish == "stop" and follows(json.loads(text), PERSON), (chat, stream, s, draft, text)
@@ -237,35 +244,34 @@ def test_json_schema_answers_parse_and_validate_every_way(served):
 
 
 def test_json_object_answers_parse_or_are_cut_short_by_length(served, model):
-    answers = every_way(served, response_format={"type": "json_object"})
-    ends = set()
-    for (chat, stream, s, draft), (text, finish, sha, _) in answers.items():
-        ends.add(finish)
+    ways = [(True, False, 0, True), (True, True, 1, False), (False, False, 1, False), (False, True, 0, True)]
+    for text, finish, _, _ in every_way(served, ways, 12, response_format={"type": "json_object"}).values():
         if finish == "stop":
             assert isinstance(json.loads(text), dict), text
         else:  # max_tokens came first: a beginning of an object that the grammar still allows
             assert finish == "length" and walk(Grammar.json(model.tokenizer, model.config.vocab_size,
                                                             {"type": "object"}).matcher(), model.tokenizer.encode(text))
-        assert sha == answers[(chat, False, s, False)][2]
-    stops = [ask(served.client(), True, False, {}, max_tokens=32, temperature=3.0, seed=seed,
+    stops = [ask(served.client(), True, False, {}, max_tokens=8, temperature=3.0, seed=seed,
                  response_format={"type": "json_object"}) for seed in range(1, 4)]
     assert all(finish == "length" or isinstance(json.loads(text), dict) for text, finish, _, _ in stops)
     assert "stop" in {finish for _, finish, _, _ in stops}
 
 
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
-def test_tool_choice_gives_a_parseable_call(served, stream, tool_choice):
+def test_tool_choice_required_and_named_give_a_parseable_call(served):
     client = served.client()
-    for sampling in SAMPLINGS:
-        text, finish, _, calls = ask(client, True, stream, {}, max_tokens=64, tools=[WEATHER, TIME],
-                                     tool_choice=tool_choice, parallel_tool_calls=False, **sampling)
-        assert finish == "tool_calls" and len(calls) == 1 and not text, (text, finish, calls)
+    named = {"type": "function", "function": {"name": "get_time"}}
+    cases = [("required", False, 0), ("required", True, 1), (named, False, 1), (named, True, 0)]
+    ask(client, True, False, {}, max_tokens=1, tools=[MOOD, TIME])  # stores the prompt's marks for the others
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        futures = [pool.submit(ask, client, True, stream, {}, max_tokens=48, tools=[MOOD, TIME], tool_choice=choice,
+                               parallel_tool_calls=False, **SAMPLINGS[s]) for choice, stream, s in cases]
+        answers = [future.result() for future in futures]
+    for (choice, stream, s), (text, finish, _, calls) in zip(cases, answers):
+        assert finish == "tool_calls" and len(calls) == 1 and not text, (choice, stream, s, text, finish, calls)
         name, arguments = calls[0]
-        tool = {"get_weather": WEATHER, "get_time": TIME}[name]
+        tool = {"set_mood": MOOD, "get_time": TIME}[name]
         assert follows(json.loads(arguments), tool["function"]["parameters"]), arguments
-        if tool_choice != "required":
-            assert name == "get_time"
+        assert choice == "required" or name == "get_time"
 
 
 @pytest.mark.parametrize("fields, param, words", [
