@@ -74,6 +74,7 @@ class Request:
         self.logprobs: list = []  # per output token, when asked: (its log-probability, [(id, log-probability)...])
         self.prompt_logprobs: list = []  # the same per prompt token after the first, when asked
         self.history = TokenHistory(prompt)  # what the bias and penalties read
+        self.matcher = params.grammar.matcher() if params.grammar is not None else None  # after the output so far
         self.finish_reason: str | None = None
         self.error: Exception | None = None
         self.submitted = time.perf_counter()
@@ -222,9 +223,9 @@ class Engine:
         The draws of the whole round are made in one backend call, on the device when the backend has one, and only
         the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
         position it has if the walk reaches it. A request whose logits are processed (`process_logits`, which
-        reads the tokens emitted so far) or that asks for logprobs draws on the host, a row at a time as the walk
-        reaches it. A prompt chunk that does not end the prompt draws nothing; one whose request asks for the
-        prompt's logprobs records them."""
+        reads the tokens emitted so far), masked by a grammar or reported as logprobs draws on the host, a row at a
+        time as the walk reaches it. A prompt chunk that does not end the prompt draws nothing; one whose request
+        asks for the prompt's logprobs records them."""
         draws, batch = [None] * len(streams), []
         for s, (stream, window) in enumerate(zip(streams, windows)):
             request, p = stream.request, stream.request.params
@@ -232,7 +233,7 @@ class Engine:
             scoring = prompting and p.prompt_logprobs is not None
             if prompting and stream.prompt_fed + len(window.ids) < len(request.prompt) and not scoring:
                 continue
-            if p.processes_logits or p.logprobs is not None or scoring:
+            if p.processes_logits or p.logprobs is not None or p.grammar is not None or scoring:
                 host = self.model.backend.to_host(logits[starts[s]:starts[s + 1]])
                 if scoring:
                     request.prompt_logprobs += prompt_log_probabilities(host, request.prompt, stream.prompt_fed,
@@ -349,13 +350,16 @@ class Engine:
         self.drafter.observe(stream.draft_state, kept, stream.state.length)
 
     def _sample(self, request: Request, logits_row) -> int:
-        """The token for the request's next output position. The processing and the logprobs depend only on the
-        settings and the tokens so far, which a drafted row and a one-row step share, so they keep drafted output
-        equal to undrafted."""
+        """The token for the request's next output position. The processing, the grammar's mask and the logprobs
+        depend only on the settings and the tokens so far, which a drafted row and a one-row step share, so they keep
+        drafted output equal to undrafted."""
         p = request.params
         logits_row = process_logits(logits_row, p, request.history)
-        token = self.model.backend.sample(logits_row, request.seed, len(request.output), p.temperature, p.top_k,
+        allowed = logits_row if request.matcher is None else request.matcher.mask(logits_row)
+        token = self.model.backend.sample(allowed, request.seed, len(request.output), p.temperature, p.top_k,
                                           p.top_p, p.min_p)
+        if request.matcher is not None:  # every draw is emitted next (or ends the request)
+            request.matcher.advance(token)
         if p.logprobs is not None:
             request.logprobs.append(log_probabilities(logits_row, token, p.logprobs))
         return token

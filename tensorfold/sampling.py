@@ -19,6 +19,7 @@ import numbers
 import numpy as np
 
 from tensorfold.errors import TensorfoldError
+from tensorfold.grammar import Grammar
 
 BIAS_LIMIT = 100  # |logit_bias| at most this, as OpenAI
 REPETITION_RANGE = (0.01, 100.0)  # repetition_penalty; the bounds keep every penalised logit finite
@@ -48,6 +49,7 @@ class SamplingParams:
     logit_bias: dict | None = None  # token id -> added to its logit, -100 to 100
     repetition_penalty: float = 1.0  # 1: off
     prompt_logprobs: int | None = None  # None: none; k >= 0: each prompt token's log-probability and the top k
+    grammar: Grammar | None = None  # None: any token; else only what the grammar allows (tensorfold/grammar.py)
 
     def problems(self) -> dict:
         """What is wrong with these parameters, by field (empty when nothing is). Every request passes this one

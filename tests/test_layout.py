@@ -19,7 +19,7 @@ LAYERS = [
     ["backends"],
     ["model"],
     ["drafters"],
-    ["prompt_cache", "sampling", "engine"],
+    ["prompt_cache", "grammar", "sampling", "engine"],
     ["api", "__init__"],
     ["serve"],
     ["cli"],

@@ -162,7 +162,7 @@ def test_best_of_equal_to_n(served, stream):
     ("chat", {"add_generation_prompt": True, "continue_final_message": True}, "continue_final_message", "both"),
     ("chat", {"continue_final_message": True, "add_generation_prompt": False,
               "messages": [{"role": "user", "content": ""}]}, "continue_final_message", "text to continue"),
-    ("chat", {"parallel_tool_calls": False}, "parallel_tool_calls", "not supported"),
+    ("chat", {"parallel_tool_calls": False}, "parallel_tool_calls", "supported only with tool_choice"),
     ("chat", {"add_generation_prompt": "yes"}, "add_generation_prompt", "true or false"),
     ("completions", {"echo": 1}, "echo", "true or false"),
     ("completions", {"logit_bias": {"99999": 1}}, "logit_bias", "outside the vocabulary"),

@@ -75,6 +75,10 @@ class Tokenizer:
         ids = [int(i) for i in ids]  # NumPy integers are not accepted by `tokenizers`
         return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def to_json(self) -> str:
+        """The tokenizer as tokenizer.json text (what a grammar library reads to build its own)."""
+        return self._tokenizer.to_str()
+
     def apply_chat_template(self, messages, add_generation_prompt=True, tools=None, tokenize=False,
                             continue_final_message=False, **kwargs):
         """Render `messages` (and `tools`) to prompt text, or its ids if `tokenize`.

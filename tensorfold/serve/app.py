@@ -28,6 +28,7 @@ from tensorfold.serve import protocol
 from tensorfold.serve.metrics import Metrics
 from tensorfold.serve.output import ChatOutput, TextOutput
 from tensorfold.serve.protocol import APIError, read_generation, read_ids, read_messages, read_prompt
+from tensorfold.serve.structured import read_grammar
 from tensorfold.serve.tokens import TokenBytes, encode
 
 MAX_BODY_BYTES = 4 << 20
@@ -359,6 +360,7 @@ class Server:
         ids = await asyncio.to_thread(self.prompt_ids, body)
         generation = read_generation(body, default_max_tokens=16, chat=False, vocab_size=self.model.config.vocab_size,
                                      model_stop_ids=self.model.tokenizer.stop_ids)
+        generation.params.grammar = await asyncio.to_thread(read_grammar, body, self.model, chat=False)
         echo = None
         if generation.echo:
             prompt = read_prompt(body, self.model.config.vocab_size)
@@ -373,6 +375,7 @@ class Server:
         generation = read_generation(body, default_max_tokens=min(protocol.DEFAULT_CHAT_MAX_TOKENS, room), chat=True,
                                      vocab_size=self.model.config.vocab_size,
                                      model_stop_ids=self.model.tokenizer.stop_ids)
+        generation.params.grammar = await asyncio.to_thread(read_grammar, body, self.model, True, thinking)
         return await self.generate(http_request, ids, generation, chat=thinking)
 
     async def generate(self, http_request, ids, generation, chat, echo=None):

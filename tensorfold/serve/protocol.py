@@ -22,7 +22,7 @@ FIELDS = {
     "chat": SHARED_FIELDS | {"messages", "tools", "tool_choice", "response_format", "parallel_tool_calls",
                              "chat_template_kwargs", "top_logprobs", "add_generation_prompt",
                              "continue_final_message"},
-    "completions": SHARED_FIELDS | {"prompt", "echo", "best_of"},
+    "completions": SHARED_FIELDS | {"prompt", "echo", "best_of", "response_format"},
 }
 STREAM_OPTIONS = frozenset({"include_usage"})
 # Fields a route knows but refuses, with the reason.
@@ -215,9 +215,6 @@ def read_generation(body: dict, default_max_tokens: int, chat: bool, vocab_size:
     echo = False if chat else _flag(body, "echo", False)
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise APIError(400, f"user must be a string, got {body['user']!r}", "user")
-    if chat and _flag(body, "parallel_tool_calls", True) is False:
-        raise APIError(400, "parallel_tool_calls: false is not supported: an answer may hold several tool calls",
-                       "parallel_tool_calls")
     logprobs = read_logprobs(body, chat)
     top_k = _number(body, "top_k", 0, integer=True)
     params = SamplingParams(
