@@ -2,6 +2,7 @@
 thread. Each answers an OpenAI-shaped 4xx naming the problem (or a 200), and the server serves the same tokens
 afterwards."""
 import json
+import logging
 import signal
 import socket
 import threading
@@ -173,7 +174,7 @@ def test_malformed_tool_calls_are_400s(served, calls, fragment):
 
 
 @pytest.mark.parametrize("keyword", ["add_generation_prompt", "tools", "tokenize", "namespace", "raise_exception",
-                                     "messages"])
+                                     "messages", "self"])
 def test_chat_template_kwargs_may_not_set_the_calls_own_keywords(served, keyword):
     body = {"messages": user(), "max_tokens": 3, "chat_template_kwargs": {keyword: 1}}
     refused(post(served, CHAT, body), 400, keyword, "chat_template_kwargs")
@@ -234,6 +235,18 @@ def test_a_chunked_body_is_refused_as_it_grows(served):
             sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
         sock.settimeout(10)
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")
+
+
+@pytest.mark.parametrize("cut", [b"content-length: 100\r\n\r\n{\"prompt\"",  # hangs up mid-body
+                                 b"transfer-encoding: chunked\r\n\r\n4\r\n{\"pr\r\nzz\r\n"])  # a bad chunk
+def test_a_body_cut_short_is_no_traceback(served, caplog, cut):
+    with caplog.at_level(logging.ERROR):
+        with socket.create_connection(("127.0.0.1", served.port)) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n" + cut)
+            time.sleep(0.1)
+        time.sleep(0.3)
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert httpx.post(served.url + "/v1/completions", json=GOOD).json()["choices"][0]["token_sha256"] == served.before
 
 
 def test_tokenization_leaves_the_event_loop_free(served):

@@ -18,7 +18,7 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -146,10 +146,13 @@ class Server:
         if declared > MAX_BODY_BYTES:
             raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
         raw = bytearray()
-        async for part in request.stream():  # counted as it arrives: a chunked body is refused once too long
-            raw += part
-            if len(raw) > MAX_BODY_BYTES:
-                raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        try:
+            async for part in request.stream():  # counted as it arrives: a chunked body is refused once too long
+                raw += part
+                if len(raw) > MAX_BODY_BYTES:
+                    raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        except ClientDisconnect:  # hung up, or sent a body the HTTP parser refused: nobody reads this answer
+            raise APIError(400, "the connection closed before the body was complete") from None
         body = protocol.parse_body(bytes(raw))
         model = body.get("model")
         if model is not None and model != self.name:

@@ -14,7 +14,7 @@ MAX_N = 8  # choices per request
 MAX_DEPTH = 32  # nesting of arrays and objects in a body: far past any OpenAI request, far short of recursion limits
 DEFAULT_CHAT_MAX_TOKENS = 1024  # a chat request without max_tokens: this many, or what its context leaves if fewer
 # the template call's own keywords, which chat_template_kwargs may not override
-TEMPLATE_KEYWORDS = frozenset({"messages", "tools", "add_generation_prompt", "tokenize", "namespace",
+TEMPLATE_KEYWORDS = frozenset({"self", "messages", "tools", "add_generation_prompt", "tokenize", "namespace",
                                "raise_exception", "kwargs"})
 
 
