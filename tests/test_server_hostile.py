@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from test_server import Running, free_port
 
 import tensorfold
-from tensorfold.engine import Engine
+from tensorfold.engine import Engine, SamplingParams
 from tensorfold.errors import TensorfoldError
 from tensorfold.serve import main as serve_main
 from tensorfold.serve import memory, protocol
@@ -283,6 +283,30 @@ def test_a_client_that_hangs_up_before_its_answer_frees_its_lane(served):
     while engine.active and time.monotonic() < freed + 5:
         time.sleep(0.005)
     assert not engine.active and time.monotonic() - freed < 0.5
+
+
+def test_requests_cancelled_while_queued_leave_the_queue(model, monkeypatch):
+    """A request waiting for a lane whose client hung up (cancelled) no longer counts against --max-queue: the
+    lane's own request goes on, and a new request is queued instead of refused with a 429."""
+    running = Running(Server(Engine(model, parallel=1, context=512), "tiny", max_queue=2))
+    engine = running.server.engine
+    try:
+        slow_rounds(monkeypatch, model, 0.1)
+        long = SamplingParams(max_tokens=200, temperature=0)
+        busy = engine.submit([5], long)
+        deadline = time.monotonic() + 10
+        while not engine.active and time.monotonic() < deadline:
+            time.sleep(0.005)
+        queued = [engine.submit([5], long) for _ in range(2)]
+        assert engine.queue_depth == 2  # the control: waiting requests count until they are cancelled
+        for request in queued:
+            request.cancel()
+        assert engine.queue_depth == 0 and busy.finish_reason is None
+        with httpx.stream("POST", running.url + "/v1/completions", json={**GOOD, "n": 2, "stream": True},
+                          timeout=10) as reply:
+            assert reply.status_code == 200  # queued behind the lane, not refused
+    finally:
+        running.stop()
 
 
 def slow_rounds(monkeypatch, model, seconds):

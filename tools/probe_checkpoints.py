@@ -191,7 +191,8 @@ def refusals() -> dict:
         "chat template a FIFO": (replace_with("chat_template.jinja", "fifo"), "chat_template.jinja"),
         "tokenizer_config chat_template 42": (lambda f: (os.remove(os.path.join(f, "chat_template.jinja")), edit_json(
             os.path.join(f, "tokenizer_config.json"), lambda c: c.update(chat_template=42))), "tokenizer_config.json"),
-        "tokenizer_config not JSON": (write_text("tokenizer_config.json", "{"), "tokenizer_config.json"),
+        "tokenizer_config not JSON, no chat_template.jinja": (lambda f: (os.remove(os.path.join(
+            f, "chat_template.jinja")), write_text("tokenizer_config.json", "{")(f)), "tokenizer_config.json"),
     }
 
 

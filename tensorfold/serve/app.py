@@ -153,7 +153,7 @@ class Server:
                     raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
         except ClientDisconnect:  # hung up, or sent a body the HTTP parser refused: nobody reads this answer
             raise APIError(400, "the connection closed before the body was complete") from None
-        body = protocol.parse_body(bytes(raw))
+        body = await asyncio.to_thread(protocol.parse_body, bytes(raw))  # a 4 MiB body takes a while to check
         model = body.get("model")
         if model is not None and model != self.name:
             raise APIError(404, f"The model `{model}` does not exist.", "model")
@@ -202,8 +202,8 @@ class Server:
         tokens = body.get("tokens")
         if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in tokens)):
             raise APIError(400, "tokens must be a list of token ids", "tokens")
-        tokens = read_ids(tokens, self.model.config.vocab_size, "tokens")
-        return JSONResponse({"prompt": self.model.tokenizer.decode(tokens)})
+        tokens = await asyncio.to_thread(read_ids, tokens, self.model.config.vocab_size, "tokens")
+        return JSONResponse({"prompt": await asyncio.to_thread(self.model.tokenizer.decode, tokens)})
 
     # --- generation ------------------------------------------------------------------------------------------------
 
