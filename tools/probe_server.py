@@ -33,7 +33,9 @@ KEY = "probe-key"
 GOOD = {"/v1/completions": {"prompt": "ROMEO:", "max_tokens": 8, "temperature": 1.0, "seed": 7},
         "/v1/chat/completions": {"messages": probe_cases.USER, "max_tokens": 8, "temperature": 0.8, "seed": 7}}
 OPENAI_ERROR = {"message", "type", "param", "code"}
-FITS_NOT = "maximum context length"  # the context refusal names the prompt and the completion, not a field
+# refusals that name the problem without a field: the context (the prompt and the completion together), and the
+# body as a whole (JSON the parser refuses, nesting past the limit), seen before any field is read
+WHOLE = ("maximum context length", "the body ")
 
 
 def free_port() -> int:
@@ -173,7 +175,7 @@ def judge(case: dict, status, text: str, media: str) -> tuple:
             return "not OpenAI-shaped", ""
         if set(error) != OPENAI_ERROR or error["code"] != status:
             return "not OpenAI-shaped", ""
-        named = field is None or error["param"] == field or field in error["message"] or FITS_NOT in error["message"]
+        named = field is None or error["param"] == field or field in error["message"] or any(w in error["message"] for w in WHOLE)
         if status == 400 and not named:
             return "field not named", f"param {error['param']!r}"
         return "ok", "refused" if expect == "new" else ""
