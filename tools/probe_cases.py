@@ -6,7 +6,8 @@ edges, and requests that only the HTTP parser sees.
 A case is a dict: `group`, `name`, `method`, `route`, `body` (bytes), `headers`, `expect` and `field` (the field at
 fault, which a 400 must name). `expect` is "answer" (a 2xx, or an OpenAI-shaped 4xx), "new" (a field the server may
 not know yet: a 400 is right, a 2xx acceptable for now), "http" (malformed HTTP: any 4xx, or a closed connection)
-or a tuple of the right statuses. A case with `raw` is sent as those bytes on a socket; `auth: False` sends no key.
+or a tuple of the right statuses. A case with `raw` is sent as those bytes on a socket; `auth: False` sends no key; `slow` ones (answers to the chat
+default of max_tokens) get four times the timeout.
 """
 import json
 
@@ -92,7 +93,9 @@ def field_cases() -> list:
                 body = {**BASES[route], field: value}
                 lax = value is not None and not isinstance(value, Raw) and not (
                     isinstance(value, types) and (bool in types or not isinstance(value, bool)))
-                found.append(case("fields", f"{route} {field}={name}", route, body, field=field, wrong_type=lax))
+                slow = route == CHAT and field == "max_tokens" and value is None  # to the default: a long answer
+                found.append(case("fields", f"{route} {field}={name}", route, body, field=field, wrong_type=lax,
+                                  slow=slow))
         for field in NEW_FIELDS:
             for name in NEW_VALUES:
                 found.append(case("new fields", f"{route} {field}={name}", route,
@@ -142,7 +145,7 @@ def edge_cases(context: int, max_queue: int) -> list:
     found.append(case("edges", "chat top_logprobs without logprobs", CHAT, {**BASES[CHAT], "top_logprobs": 2},
                       expect=(400,), field="top_logprobs"))
     found.append(case("edges", "chat without max_tokens (the default)", CHAT, {"messages": USER, "temperature": 0},
-                      expect=(200,), max_completion_tokens=context))
+                      expect=(200,), max_completion_tokens=context, slow=True))
     return found
 
 

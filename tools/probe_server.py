@@ -143,7 +143,8 @@ class Probe:
                 text = text.partition("\r\n\r\n")[2] or text
             else:
                 reply = self.client.request(case["method"], self.url + case["route"], content=case["body"] or None,
-                                            headers=headers, follow_redirects=False)
+                                            headers=headers, follow_redirects=False,
+                                            timeout=self.timeout * (4 if case.get("slow") else 1))
                 status, text, media = reply.status_code, reply.text, reply.headers.get("content-type", "")
             verdict, note = judge(case, status, text, media)
         except (httpx.TimeoutException, TimeoutError):
