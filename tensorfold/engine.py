@@ -434,7 +434,7 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
-        return len(self.waiting)
+        return sum(not request.cancelled for request in self.waiting)  # a cancelled one leaves when admitted
 
     def stream_bytes(self) -> int:
         """Memory one stream's cache takes when it holds `context` rows (DeltaNet states, conv tails, the pending

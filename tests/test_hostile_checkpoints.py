@@ -127,7 +127,20 @@ def test_config_over_the_size_limit(copy):
 
 def test_a_billion_layers_without_layer_types(copy):
     edit_json(copy / "config.json", lambda c: (c.pop("layer_types"), c.update(num_hidden_layers=1_000_000_000)))
-    refused(copy, ConfigError, f"num_hidden_layers must be at most {MAX_LAYERS}", "got 1000000000")
+    refused(copy, ConfigError, copy / "config.json", f"num_hidden_layers must be at most {MAX_LAYERS}",
+            "got 1000000000")
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("vocab_size", 0, "vocab_size must be a positive integer, got 0"),
+    ("hidden_size", "x", "hidden_size must be a positive integer, got 'x'"),
+    ("head_dim", None, "missing required field head_dim"),
+    ("layer_types", "linear_attention", "layer_types must be a list"),
+    ("rms_norm_eps", -1, "rms_norm_eps must be a positive number"),
+])
+def test_a_bad_config_value_is_refused_naming_the_file(copy, field, value, problem):
+    edit_json(copy / "config.json", lambda c: c.update({field: value}))
+    refused(copy, ConfigError, copy / "config.json", problem)
 
 
 def test_a_million_stop_ids_parse_in_linear_time(copy):

@@ -2,6 +2,7 @@
 thread. Each answers an OpenAI-shaped 4xx naming the problem (or a 200), and the server serves the same tokens
 afterwards."""
 import json
+import logging
 import signal
 import socket
 import threading
@@ -14,7 +15,7 @@ from starlette.testclient import TestClient
 from test_server import Running, free_port
 
 import tensorfold
-from tensorfold.engine import Engine
+from tensorfold.engine import Engine, SamplingParams
 from tensorfold.errors import TensorfoldError
 from tensorfold.serve import main as serve_main
 from tensorfold.serve import memory, protocol
@@ -173,7 +174,7 @@ def test_malformed_tool_calls_are_400s(served, calls, fragment):
 
 
 @pytest.mark.parametrize("keyword", ["add_generation_prompt", "tools", "tokenize", "namespace", "raise_exception",
-                                     "messages"])
+                                     "messages", "self"])
 def test_chat_template_kwargs_may_not_set_the_calls_own_keywords(served, keyword):
     body = {"messages": user(), "max_tokens": 3, "chat_template_kwargs": {keyword: 1}}
     refused(post(served, CHAT, body), 400, keyword, "chat_template_kwargs")
@@ -236,6 +237,18 @@ def test_a_chunked_body_is_refused_as_it_grows(served):
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")
 
 
+@pytest.mark.parametrize("cut", [b"content-length: 100\r\n\r\n{\"prompt\"",  # hangs up mid-body
+                                 b"transfer-encoding: chunked\r\n\r\n4\r\n{\"pr\r\nzz\r\n"])  # a bad chunk
+def test_a_body_cut_short_is_no_traceback(served, caplog, cut):
+    with caplog.at_level(logging.ERROR):
+        with socket.create_connection(("127.0.0.1", served.port)) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n" + cut)
+            time.sleep(0.1)
+        time.sleep(0.3)
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert httpx.post(served.url + "/v1/completions", json=GOOD).json()["choices"][0]["token_sha256"] == served.before
+
+
 def test_tokenization_leaves_the_event_loop_free(served):
     prompt = "ROMEO: but soft, what light " * 100_000  # 2.7 MiB
     done = {}
@@ -270,6 +283,30 @@ def test_a_client_that_hangs_up_before_its_answer_frees_its_lane(served):
     while engine.active and time.monotonic() < freed + 5:
         time.sleep(0.005)
     assert not engine.active and time.monotonic() - freed < 0.5
+
+
+def test_requests_cancelled_while_queued_leave_the_queue(model, monkeypatch):
+    """A request waiting for a lane whose client hung up (cancelled) no longer counts against --max-queue: the
+    lane's own request goes on, and a new request is queued instead of refused with a 429."""
+    running = Running(Server(Engine(model, parallel=1, context=512), "tiny", max_queue=2))
+    engine = running.server.engine
+    try:
+        slow_rounds(monkeypatch, model, 0.1)
+        long = SamplingParams(max_tokens=200, temperature=0)
+        busy = engine.submit([5], long)
+        deadline = time.monotonic() + 10
+        while not engine.active and time.monotonic() < deadline:
+            time.sleep(0.005)
+        queued = [engine.submit([5], long) for _ in range(2)]
+        assert engine.queue_depth == 2  # the control: waiting requests count until they are cancelled
+        for request in queued:
+            request.cancel()
+        assert engine.queue_depth == 0 and busy.finish_reason is None
+        with httpx.stream("POST", running.url + "/v1/completions", json={**GOOD, "n": 2, "stream": True},
+                          timeout=10) as reply:
+            assert reply.status_code == 200  # queued behind the lane, not refused
+    finally:
+        running.stop()
 
 
 def slow_rounds(monkeypatch, model, seconds):

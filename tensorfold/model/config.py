@@ -228,11 +228,15 @@ class ModelConfig:
 
     @classmethod
     def from_file(cls, path) -> ModelConfig:
-        """Read a `config.json`, given its path or the checkpoint directory holding it."""
+        """Read a `config.json`, given its path or the checkpoint directory holding it; a refusal names the file."""
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        return cls.from_dict(read_json_object(path, error=ConfigError))
+        fields = read_json_object(path, error=ConfigError)
+        try:
+            return cls.from_dict(fields)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict:
         """A flat `qwen3_5_text` (or `qwen3_5_moe_text`) `config.json` dict that `from_dict` and transformers both

@@ -18,7 +18,7 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -148,11 +148,14 @@ class Server:
         if declared > MAX_BODY_BYTES:
             raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
         raw = bytearray()
-        async for part in request.stream():  # counted as it arrives: a chunked body is refused once too long
-            raw += part
-            if len(raw) > MAX_BODY_BYTES:
-                raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
-        body = protocol.parse_body(bytes(raw))
+        try:
+            async for part in request.stream():  # counted as it arrives: a chunked body is refused once too long
+                raw += part
+                if len(raw) > MAX_BODY_BYTES:
+                    raise APIError(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        except ClientDisconnect:  # hung up, or sent a body the HTTP parser refused: nobody reads this answer
+            raise APIError(400, "the connection closed before the body was complete") from None
+        body = await asyncio.to_thread(protocol.parse_body, bytes(raw))  # a 4 MiB body takes a while to check
         model = body.get("model")
         if model is not None and model != self.name:
             raise APIError(404, f"The model `{model}` does not exist.", "model")
@@ -201,8 +204,8 @@ class Server:
         tokens = body.get("tokens")
         if not (isinstance(tokens, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in tokens)):
             raise APIError(400, "tokens must be a list of token ids", "tokens")
-        tokens = read_ids(tokens, self.model.config.vocab_size, "tokens")
-        return JSONResponse({"prompt": self.model.tokenizer.decode(tokens)})
+        tokens = await asyncio.to_thread(read_ids, tokens, self.model.config.vocab_size, "tokens")
+        return JSONResponse({"prompt": await asyncio.to_thread(self.model.tokenizer.decode, tokens)})
 
     # --- generation ------------------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ STREAM_OPTIONS = frozenset({"include_usage"})
 # Fields a route knows but refuses, with the reason.
 REFUSED = {"completions": {"suffix": "suffix is not supported: this server does not insert text before a suffix"}}
 # the template call's own keywords, which chat_template_kwargs may not override
-TEMPLATE_KEYWORDS = frozenset({"messages", "tools", "add_generation_prompt", "tokenize", "namespace",
+TEMPLATE_KEYWORDS = frozenset({"self", "messages", "tools", "add_generation_prompt", "tokenize", "namespace",
                                "raise_exception", "kwargs"})
 
 
