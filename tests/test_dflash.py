@@ -5,6 +5,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -132,6 +133,12 @@ def test_default_target_layer_ids_follow_the_reference_formula():
 def test_bad_configs_are_refused_by_name(config, message):
     with pytest.raises(ConfigError, match=message):
         DFlashConfig.from_dict(config)
+
+
+def test_a_bad_config_file_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(draft_config({"head_dim": 15})))
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(tmp_path / 'config.json'))}: head_dim must be even"):
+        DFlashConfig.from_file(tmp_path)
 
 
 @pytest.mark.parametrize("changes, message", [

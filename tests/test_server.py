@@ -153,6 +153,7 @@ def test_sixteen_concurrent_clients_equal_their_solo_runs(served):
     (b'{"prompt": "x", "logprobs": 99}', 400, "logprobs"),
     (b'{"prompt": "x", "presence_penalty": 3}', 400, "presence_penalty"),
     (b'{"prompt": "x", "stop": [3]}', 400, "stop"),
+    (b'{"prompt": "x", "stop": ""}', 400, "non-empty string"),
 ])
 def test_bad_completions_get_400s_in_openai_shape(served, body, status, message):
     reply = httpx.post(served.url + "/v1/completions", content=body, headers={"content-type": "application/json"})

@@ -146,9 +146,13 @@ class DFlashConfig:
 
     @classmethod
     def from_file(cls, path) -> "DFlashConfig":
-        """Read a drafter's `config.json`, given its path or the folder holding it."""
+        """Read a drafter's `config.json`, given its path or the folder holding it; a refusal names the file."""
         path = os.path.join(path, "config.json") if os.path.isdir(path) else path
-        return cls.from_dict(read_json_object(path, error=ConfigError))
+        fields = read_json_object(path, error=ConfigError)
+        try:
+            return cls.from_dict(fields)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
 
 
 def _refuse_variants(d: dict, draft: dict) -> None:

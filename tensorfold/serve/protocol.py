@@ -207,7 +207,7 @@ def read_generation(body: dict, default_max_tokens: int, chat: bool, vocab_size:
     stop = body.get("stop")
     if stop is None:
         stop = []
-    elif isinstance(stop, str):
+    elif isinstance(stop, str) and stop:
         stop = [stop]
     elif not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop) and len(stop) <= 16):
         raise APIError(400, "stop must be a non-empty string or a list of up to 16 non-empty strings", "stop")
