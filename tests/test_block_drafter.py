@@ -141,3 +141,15 @@ def test_bench_drafter_checks_exactness_and_reports_acceptance(tmp_path, capsys)
     assert "DIFFERS" not in capsys.readouterr().out
     results = json.loads(out.read_text())["results"]
     assert results["greedy tree"]["tau"] > 1 and results["greedy none"]["tau"] is None
+
+
+def test_bench_drafter_phases_cover_the_decode_rounds_and_leave_the_model_unwrapped(model):
+    from tensorfold.cli.bench.drafter import PHASES, decode
+    drafter = make_drafter(DRAFTER, model, "chain")
+    prompt = model.tokenizer.encode("ROMEO:\n")
+    plain = decode(model, drafter, [prompt], 8, {"temperature": 0.0})
+    timed = decode(model, drafter, [prompt], 8, {"temperature": 0.0}, phases=True)
+    assert timed["hashes"] == plain["hashes"]  # the clock changes nothing the rounds compute
+    ms = timed["phases_ms"]
+    assert list(ms) == [*PHASES, "other"] and ms["forward"] > 0 and ms["other"] >= 0
+    assert "forward_logits" not in vars(model.net)  # the model's own method again

@@ -7,7 +7,14 @@ sha256): a mismatch is reported and fails the run.
 By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded
 sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after one untimed warm-up request per mode
 (it compiles the kernels).
+
+With `--phases`, each mode's rounds are also split into where their time goes: the window (the drafter's proposal),
+the forward (replayed or launch by launch), the draws (sampling, and the tokens back to the host) and the rest of
+the round (the walk, the keep, the drafter's observation). The backend is synchronized at the end of each phase, so
+the device's time is counted in the phase that launched it, at the price of the overlap a round would otherwise
+have.
 """
+import collections
 import hashlib
 import json
 import os
@@ -25,23 +32,74 @@ def token_sha256(ids) -> str:
     return hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
 
 
-def decode(model, drafter, prompts, tokens: int, sampling: dict) -> dict:
-    """Each prompt alone through an engine with `drafter`: the outputs' hashes, the decode rate and acceptance."""
+PHASES = ("window", "forward", "draws", "after")
+
+
+class PhaseClock:
+    """Seconds per phase of an engine's decode rounds: wraps the engine's per-round steps, each ended by a
+    synchronize, and counts while `on`."""
+
+    def __init__(self, engine):
+        self.seconds, self.on = collections.Counter(), False
+        self.synchronize = engine.model.backend.synchronize
+        engine._window = self.timed("window", engine._window)
+        engine._draws = self.timed("draws", engine._draws)
+        engine._after = self.timed("after", engine._after)
+        self.net = engine.model.net  # wrapped on the instance, and unwrapped by `close`: the model serves on
+        self.net.forward_logits = self.timed("forward", self.net.forward_logits)
+        if engine.graphs is not None:
+            engine.graphs.run = self.timed("forward", engine.graphs.run)
+
+    def timed(self, phase: str, step):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            result = step(*args, **kwargs)
+            if self.on:
+                self.synchronize()
+                self.seconds[phase] += time.perf_counter() - start
+            return result
+        return call
+
+    def close(self) -> None:
+        del self.net.forward_logits
+
+    def per_round(self, seconds: float, rounds: int) -> dict:
+        """Milliseconds per round of each phase, and of the rounds' other work (`seconds` over `rounds` in all)."""
+        shares = {phase: 1e3 * self.seconds[phase] / rounds for phase in PHASES}
+        return {**shares, "other": 1e3 * seconds / rounds - sum(shares.values())}
+
+
+def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = False) -> dict:
+    """Each prompt alone through an engine with `drafter`: the outputs' hashes, the decode rate and acceptance;
+    with `phases`, the milliseconds per decode round of each phase (`PhaseClock`)."""
     from tensorfold.engine import Engine, SamplingParams
     engine = Engine(model, parallel=1, drafter=drafter, context=max(len(p) for p in prompts) + tokens)
-    hashes, seconds, output, accepted, draft_rounds, rounds = [], 0.0, 0, 0, 0, 0
+    clock = PhaseClock(engine) if phases else None
+    hashes, seconds, output, accepted, draft_rounds, rounds, decode_rounds = [], 0.0, 0, 0, 0, 0, 0
     for prompt in prompts:
         request = engine.submit(prompt, SamplingParams(max_tokens=tokens, stop_ids=(), **sampling))
+        while request.first_token_at is None and engine.run_round():  # the prompt pass, outside the phases
+            pass
+        first_round = engine.rounds
+        if clock is not None:
+            clock.on = True
         while engine.run_round():
             pass
         ended = time.perf_counter()
+        if clock is not None:
+            clock.on = False
+        decode_rounds += engine.rounds - first_round
         hashes.append(token_sha256(request.output))
         seconds += ended - request.first_token_at
         output += len(request.output) - 1  # the first token comes with the prompt pass, outside the timing
         accepted, draft_rounds = accepted + request.stats.accepted, draft_rounds + request.stats.draft_rounds
         rounds += request.stats.rounds
-    return {"hashes": hashes, "tok_s": output / seconds, "rounds": rounds,
-            "tau": (accepted + draft_rounds) / draft_rounds if draft_rounds else None}
+    result = {"hashes": hashes, "tok_s": output / seconds, "rounds": rounds,
+              "tau": (accepted + draft_rounds) / draft_rounds if draft_rounds else None}
+    if clock is not None:
+        clock.close()
+        result["phases_ms"] = clock.per_round(seconds, decode_rounds)
+    return result
 
 
 def run(args) -> int:
@@ -59,12 +117,17 @@ def run(args) -> int:
         for mode, drafter in modes.items():
             decode(model, drafter, prompts[:1], min(args.tokens, 32), sampling)  # warm-up: compiles the kernels
             result = decode(model, drafter, prompts, args.tokens, sampling)
+            if args.phases:  # a run of its own: the synchronizes slow it down
+                result["phases_ms"] = decode(model, drafter, prompts, args.tokens, sampling, True)["phases_ms"]
             results[f"{name} {mode}"] = result
             equal = result["hashes"] == results[f"{name} none"]["hashes"]
             failed |= not equal
             tau = f"{result['tau']:6.2f}" if result["tau"] else "     -"
             print(f"{name:7} {mode:6} decode {result['tok_s']:8.1f} tok/s  tau {tau}  rounds {result['rounds']:5}  "
                   f"{'equal to undrafted' if equal else 'DIFFERS FROM UNDRAFTED'}", flush=True)
+            if args.phases:
+                print("                ms a round: " + "  ".join(
+                    f"{phase} {ms:.3f}" for phase, ms in result["phases_ms"].items()), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": model.path, "backend": model.backend.name, "tokens": args.tokens,
@@ -79,5 +142,7 @@ def add_parser(kinds) -> None:
     p.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
     p.add_argument("--tokens", type=int, default=256, help="tokens per request (default 256)")
     p.add_argument("--prompts", type=int, default=4, choices=range(1, len(PROMPTS) + 1), metavar="1..4")
+    p.add_argument("--phases", action="store_true", help="also split each mode's rounds into phases (window, "
+                   "forward, draws, after), in a second run")
     p.add_argument("--json", help="also write the results to this file")
     p.set_defaults(run=run)
