@@ -136,9 +136,7 @@ def read_logprobs(body: dict, chat: bool):
     """None, or how many alternatives to report per token: chat's `logprobs: true` + `top_logprobs: k`, or the
     completions API's `logprobs: k`."""
     if chat:
-        wanted = body.get("logprobs")
-        if wanted not in (None, True, False):
-            raise APIError(400, f"logprobs must be true or false, got {wanted!r}", "logprobs")
+        wanted = _flag(body, "logprobs", False)
         top = _number(body, "top_logprobs", 0, integer=True)
         if top and not wanted:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
@@ -179,7 +177,9 @@ def read_stop_ids(body: dict, vocab_size: int, model_stop_ids) -> tuple | None:
 
 def read_stream_options(body: dict) -> bool:
     """Whether `stream_options` asks for the usage chunk."""
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    if options is None:
+        return False
     if not isinstance(options, dict):
         raise APIError(400, "stream_options must be an object", "stream_options")
     unknown = sorted(set(options) - STREAM_OPTIONS)

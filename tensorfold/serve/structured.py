@@ -13,7 +13,7 @@ def read_grammar(body: dict, model, chat: bool, reasoning: bool = False) -> Gram
     choice, name = read_tool_choice(body) if chat else (None, None)
     tokenizer, vocab_size = model.tokenizer, model.config.vocab_size
     parallel = body.get("parallel_tool_calls") if chat else None
-    if parallel not in (None, True, False):
+    if parallel is not None and not isinstance(parallel, bool):
         raise APIError(400, f"parallel_tool_calls must be true or false, got {parallel!r}", "parallel_tool_calls")
     if parallel is False and choice not in ("required", "function"):  # only a tool-call grammar can hold it to one
         raise APIError(400, "parallel_tool_calls: false is supported only with tool_choice \"required\" or a named "
