@@ -163,13 +163,14 @@ class Engine:
             raise TensorfoldError(f"the engine has stopped: {self.failure!r}")
         params = params or SamplingParams()
         params.check()
-        prompt = check_prompt(prompt, self.model.config.vocab_size)
-        check_ids(params.logit_bias or (), self.model.config.vocab_size)
-        if len(prompt) + params.max_tokens > self.context:
+        prompt = list(prompt)
+        if len(prompt) + params.max_tokens > self.context:  # before the ids are read: a long prompt costs no scan
             raise TensorfoldError(
                 f"This model's maximum context length is {self.context} tokens. However, you requested "
                 f"{len(prompt) + params.max_tokens} tokens ({len(prompt)} in the messages, {params.max_tokens} in "
                 f"the completion). Please reduce the length of the messages or completion.")
+        prompt = check_prompt(prompt, self.model.config.vocab_size)
+        check_ids(params.logit_bias or (), self.model.config.vocab_size)
         seed = secrets.randbits(63) if params.seed is None else int(params.seed) % 2**64
         request = Request(prompt, params, seed)
         request.listener = listener

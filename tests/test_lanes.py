@@ -202,6 +202,10 @@ def test_refusals_and_cancel(model):
     engine = Engine(model, parallel=2, context=64)
     with pytest.raises(TensorfoldError, match="maximum context length is 64 tokens"):
         engine.submit([5] * 60, SamplingParams(max_tokens=10))
+    with pytest.raises(TensorfoldError, match="maximum context length"):  # refused before its ids are read
+        engine.submit(["x"] * 10**6, SamplingParams(max_tokens=10))
+    with pytest.raises(TensorfoldError, match="token ids must be integers"):  # the control: a prompt that fits
+        engine.submit(["x"] * 10, SamplingParams(max_tokens=10))
     with pytest.raises(TensorfoldError, match="top_p must be in"):
         engine.submit([5], SamplingParams(top_p=0))
     a = engine.submit([5, 6], SamplingParams(max_tokens=50, stop_ids=()))
