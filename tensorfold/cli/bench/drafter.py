@@ -40,7 +40,7 @@ class PhaseClock:
     synchronize, and counts while `on`."""
 
     def __init__(self, engine):
-        self.seconds, self.on = collections.Counter(), False
+        self.seconds, self.on, self.inside = collections.Counter(), False, False
         self.synchronize = engine.model.backend.synchronize
         engine._window = self.timed("window", engine._window)
         engine._draws = self.timed("draws", engine._draws)
@@ -52,11 +52,15 @@ class PhaseClock:
 
     def timed(self, phase: str, step):
         def call(*args, **kwargs):
-            start = time.perf_counter()
-            result = step(*args, **kwargs)
-            if self.on:
+            if not self.on or self.inside:  # a step inside a phase (a recording's forward) is that phase's
+                return step(*args, **kwargs)
+            self.inside, start = True, time.perf_counter()
+            try:
+                result = step(*args, **kwargs)
                 self.synchronize()
-                self.seconds[phase] += time.perf_counter() - start
+            finally:
+                self.inside = False
+            self.seconds[phase] += time.perf_counter() - start
             return result
         return call
 
@@ -88,6 +92,8 @@ def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = 
         ended = time.perf_counter()
         if clock is not None:
             clock.on = False
+        if request.finish_reason == "error":
+            raise request.error
         decode_rounds += engine.rounds - first_round
         hashes.append(token_sha256(request.output))
         seconds += ended - request.first_token_at
