@@ -1,10 +1,11 @@
-"""Decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py) compute the eager rounds' bits.
+"""Decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py) compute the eager rounds'
+bits.
 
 Under --gpu the graphs are real (stream capture, cuGraphLaunch) on the lane tests' 0.8B-shaped model. Without it
 the `cuda` backend runs in numba's CUDA simulator at the micro config, where a graph is the recorded list of
 launches, each argument fixed when recorded: a round that would read a host value baked into the recording, or
-leave a state where the next replay does not look, gives different bits there as it would on a GPU. The planted
-controls show both.
+leave a state where the next replay does not look, or keep rows from a graph's buffers past the next replay, gives
+different bits there as it would on a GPU. The planted controls show each.
 """
 import dataclasses
 
@@ -140,3 +141,49 @@ def test_recording_key_follows_the_buffers():
     state.reserve(8)  # the key/value buffers grow
     assert key(state.settled_buffers()) != before
     assert key(state.settled_buffers()[:1]) == deltanet_only  # the control would not have seen it
+
+
+# --- drafted rounds -----------------------------------------------------------------------------------------------
+
+CHAIN, TREE = None, [-1, 0, 0, 1]  # stream 0 drafts 2-row chains after its decode row, stream 1 a 4-row tree
+# Each round's keep: stream 0 a prefix of its 3-row chain, stream 1 a path of its tree; in full (the chain's every
+# row, the tree's path to its last row), in part, and the decode row alone.
+KEEPS = ([3, [0, 1, 3]], [2, [0, 2]], [1, [0]])
+
+
+def drafted(model, graphs: DecodeGraphs | None, keeps=KEEPS, trees=None) -> list:
+    """Feed each prompt, then a round per entry of `keeps` of both streams together: stream 0's window its greedy
+    token and a 2-row chain, stream 1's a tree (TREE, or round n's `trees[n]`) whose rows after the first are made
+    up; then each keeps the rows `keeps` says. Returns the logits bytes of every round, stream by stream."""
+    net = model.net
+    states = [net.new_state(max_rows=64) for _ in PROMPTS]
+    net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
+    for state, prompt in zip(states, PROMPTS):
+        state.keep(len(prompt) - 1, write_back=True)
+    tokens = [p[-1] for p in PROMPTS]
+    seen = []
+    for n, (chain_keep, path) in enumerate(keeps):
+        tree = TREE if trees is None else trees[n]
+        windows = [Window(states[0], [tokens[0], (tokens[0] + 1) % 200, (tokens[0] + 2) % 200]),
+                   Window(states[1], [tokens[1]] + [(tokens[1] + 3 * r) % 200 for r in range(1, len(tree))],
+                          parents=tree)]
+        logits, starts = graphs.run(windows) if graphs is not None else net.forward_logits(windows)
+        every = model.backend.to_host(logits)
+        rows = [every[a:b] for a, b in zip(starts[:-1], starts[1:])]
+        states[0].keep(chain_keep)
+        states[1].keep_path(path)
+        seen.append(b"".join(r.tobytes() for r in rows))
+        tokens = [int(np.argmax(rows[0][chain_keep - 1])), int(np.argmax(rows[1][path[-1]]))]
+    return seen
+
+
+@pytest.fixture(scope="module")
+def eager_drafted(graph_model):
+    return drafted(graph_model, None)
+
+
+def test_drafted_rounds_equal_eager_rounds(graph_model, eager_drafted):
+    """A chain and a tree in one round, kept in full, in part and not at all: one recording, replayed each round."""
+    graphs = DecodeGraphs(graph_model.net)
+    assert drafted(graph_model, graphs) == eager_drafted
+    assert (graphs.recorded, graphs.replayed) == (1, len(KEEPS))
