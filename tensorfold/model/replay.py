@@ -116,8 +116,7 @@ class DecodeGraphs:
             if any(buffer.shape[0] < state.length + len(win.ids) for buffer in state.keys.values()):
                 room = max(HEADROOM, len(win.ids))
                 state.reserve(room if state.max_rows is None else min(room, state.max_rows - state.length))
-        key = (tuple(id(buffer) for win in windows for buffer in win.state.settled_buffers()),
-               tuple((len(win.ids), None if win.parents is None else tuple(win.parents)) for win in windows), taps)
+        key = self.key(windows, taps)
         recorded = self.recordings.get(key)
         if recorded is None:
             recorded = self.recordings[key] = self._record(windows, taps)
@@ -134,6 +133,13 @@ class DecodeGraphs:
             else:  # a copy of the dict: the keep rebinds a state's records, it must never clear the recording's
                 win.state.records, win.state.window_rows = dict(records), len(win.ids)
         return recorded.logits, recorded.starts
+
+    @staticmethod
+    def key(windows: list, taps: tuple) -> tuple:
+        """A recording's key: its streams' settled buffers, each window's rows and parents (a tree's maps are in the
+        graph), and the taps."""
+        return (tuple(id(buffer) for win in windows for buffer in win.state.settled_buffers()),
+                tuple((len(win.ids), None if win.parents is None else tuple(win.parents)) for win in windows), taps)
 
     def write_integers(self, recorded: Recorded, windows: list) -> None:
         """The round's integers into the recording's host buffer, once its last replay has copied them out (in the
