@@ -106,8 +106,8 @@ def test_control_state_left_out_of_place_is_caught(graph_model, eager, monkeypat
 
 
 def test_engine_graphs_on_equals_off(graph_model):
-    """The engine with graphs on and off: the same tokens, with drafted (eager) rounds between replayed ones, a
-    sampled request and a stream that finishes before the others."""
+    """The engine with graphs on and off: the same tokens, with prompt chunks (eager) between replayed rounds,
+    n-gram drafts, a sampled request and a stream that finishes before the others."""
     from tensorfold.drafters import NgramDrafter
     requests = [(PROMPTS[0] + PROMPTS[0][:3], SamplingParams(max_tokens=5)),
                 (PROMPTS[1], SamplingParams(max_tokens=2, temperature=0.9, seed=11)),
@@ -119,7 +119,7 @@ def test_engine_graphs_on_equals_off(graph_model):
         while any(r.finish_reason is None for r in submitted):
             engine.run_round()
         outputs[graphs] = [r.output for r in submitted]
-        if graphs:  # the mix this test is for: replayed rounds and a drafted (eager) one
+        if graphs:  # the mix this test is for: replayed rounds and drafted ones
             assert engine.graphs.replayed > 0 and any(r.stats.draft_rounds for r in submitted)
     assert outputs[True] == outputs[False]
 

@@ -152,7 +152,7 @@ class Qwen35:
                 state, maps = win.state, win.maps
                 with lanes.lane(n):
                     start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-                    # A recorded decode round writes the new state over the stored one (replay.py); otherwise the
+                    # A recorded one-row round writes the new state over the stored one (replay.py); otherwise the
                     # keep decides which state the stream goes on from.
                     _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
                                                       maps.depths, maps.path_slots, out=out[a:b],

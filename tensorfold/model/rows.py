@@ -39,7 +39,7 @@ class RoundInputs:
     write_at: object
     committed: object
     recorded: bool = False  # the attention's chunks cover each stream's whole cache (key counts change per replay)
-    in_place: bool = False  # a recorded decode round: the scan and the conv write over the stored state and tail
+    in_place: bool = False  # a recorded one-row round: the scan and the conv write over the stored state and tail
 
     ROWS = 5  # the table's rows: ids, positions, n_keys, write_at, committed
 
