@@ -200,7 +200,7 @@ class Engine:
             return False
         windows = [self._window(stream) for stream in streams]
         try:
-            if self.graphs is not None and self.graphs.eligible(windows, self.drafter.taps):
+            if self.graphs is not None and self.graphs.eligible(windows):
                 logits, starts = self.graphs.run(windows, self.drafter.taps)  # replayed (a one-row round's keep too)
             else:
                 logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)

@@ -100,7 +100,7 @@ class DecodeGraphs:
         self.recorded = self.replayed = 0  # counts, for tests and the benchmark
 
     @staticmethod
-    def eligible(windows, taps=()) -> bool:
+    def eligible(windows) -> bool:
         """Whether a round is a decode round a graph can run: every window 1 .. MAX_ROWS rows, logits for all."""
         return all(1 <= len(w.ids) <= MAX_ROWS and w.logits_for == "all" for w in windows)
 
@@ -108,7 +108,7 @@ class DecodeGraphs:
         """Forward a decode round from its recording; returns the round's logits and where each window's rows start,
         as `Qwen35.forward_logits` does. A one-row round's `keep(1)` afterwards only counts the row; a drafted
         round's `keep` or `keep_path` commits its rows from the replay's records."""
-        assert self.eligible(windows, taps), "a graph runs decode rounds only"
+        assert self.eligible(windows), "a graph runs decode rounds only"
         for win in windows:
             state = win.state
             state.land()  # the pending rows are views of a graph's log, which a replay overwrites
