@@ -142,7 +142,8 @@ class Engine:
         self.drafter = drafter or Drafter()
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
-        # decode rounds replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless turned off
+        # decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless
+        # turned off
         self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
@@ -200,8 +201,8 @@ class Engine:
             return False
         windows = [self._window(stream) for stream in streams]
         try:
-            if self.graphs is not None and self.graphs.eligible(windows, self.drafter.taps):
-                logits, starts = self.graphs.run(windows)  # forward and keep, replayed; `keep(1)` below only counts
+            if self.graphs is not None and self.graphs.eligible(windows):
+                logits, starts = self.graphs.run(windows, self.drafter.taps)  # replayed (a one-row round's keep too)
             else:
                 logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)
             draws = self._draws(streams, windows, logits, starts)

@@ -1,10 +1,11 @@
-"""Decode rounds replayed from CUDA graphs (tensorfold/model/graphs.py) compute the eager rounds' bits.
+"""Decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py) compute the eager rounds'
+bits.
 
 Under --gpu the graphs are real (stream capture, cuGraphLaunch) on the lane tests' 0.8B-shaped model. Without it
 the `cuda` backend runs in numba's CUDA simulator at the micro config, where a graph is the recorded list of
 launches, each argument fixed when recorded: a round that would read a host value baked into the recording, or
-leave a state where the next replay does not look, gives different bits there as it would on a GPU. The planted
-controls show both.
+leave a state where the next replay does not look, or keep rows from a graph's buffers past the next replay, gives
+different bits there as it would on a GPU. The planted controls show each.
 """
 import dataclasses
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import tensorfold
+from tensorfold.drafters import Drafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.cache import StreamState
 from tensorfold.model.replay import DecodeGraphs
@@ -104,8 +106,8 @@ def test_control_state_left_out_of_place_is_caught(graph_model, eager, monkeypat
 
 
 def test_engine_graphs_on_equals_off(graph_model):
-    """The engine with graphs on and off: the same tokens, with drafted (eager) rounds between replayed ones, a
-    sampled request and a stream that finishes before the others."""
+    """The engine with graphs on and off: the same tokens, with prompt chunks (eager) between replayed rounds,
+    n-gram drafts, a sampled request and a stream that finishes before the others."""
     from tensorfold.drafters import NgramDrafter
     requests = [(PROMPTS[0] + PROMPTS[0][:3], SamplingParams(max_tokens=5)),
                 (PROMPTS[1], SamplingParams(max_tokens=2, temperature=0.9, seed=11)),
@@ -117,7 +119,7 @@ def test_engine_graphs_on_equals_off(graph_model):
         while any(r.finish_reason is None for r in submitted):
             engine.run_round()
         outputs[graphs] = [r.output for r in submitted]
-        if graphs:  # the mix this test is for: replayed rounds and a drafted (eager) one
+        if graphs:  # the mix this test is for: replayed rounds and drafted ones
             assert engine.graphs.replayed > 0 and any(r.stats.draft_rounds for r in submitted)
     assert outputs[True] == outputs[False]
 
@@ -140,3 +142,169 @@ def test_recording_key_follows_the_buffers():
     state.reserve(8)  # the key/value buffers grow
     assert key(state.settled_buffers()) != before
     assert key(state.settled_buffers()[:1]) == deltanet_only  # the control would not have seen it
+
+
+# --- drafted rounds -----------------------------------------------------------------------------------------------
+
+# Each round, stream 0 drafts a 3-row chain (its decode row and two guesses), stream 1 a 4-row tree: TREES[n] in
+# round n, the first shape replayed in round 2, then a second shape of the same rows and widths, so that a recording
+# keyed by rows alone would replay the first tree's maps for it. Each round's keep: the chain in full, in part, and
+# its decode row alone; the tree along a path to its last row (the scan's final state), along one that ends before
+# it, and its decode row alone.
+TREES = ([-1, 0, 0, 1], [-1, 0, 0, 1], [-1, 0, 1, 1])
+KEEPS = ((3, [0, 1, 3]), (2, [0, 2]), (1, [0]))
+TAPS = (0,)  # a block drafter's: the features of layer 0, which live in the graph's buffers too
+
+
+def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: list | None = None) -> list:
+    """Feed each prompt, then `rounds` rounds of both streams together: stream 0's window its greedy token and a
+    2-row chain, stream 1's its greedy token and three made-up rows in round n's tree; then each keeps the rows KEEPS
+    says. Returns the logits and tapped features bytes of every round, stream by stream; with `held`, appends the
+    tapped feature arrays of each round to it."""
+    net = model.net
+    states = [net.new_state(max_rows=64) for _ in PROMPTS]
+    net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
+    for state, prompt in zip(states, PROMPTS):
+        state.keep(len(prompt) - 1, write_back=True)
+    tokens = [p[-1] for p in PROMPTS]
+    seen = []
+    for tree, (chain_keep, path) in list(zip(TREES, KEEPS))[:rounds]:
+        windows = [Window(states[0], [tokens[0], (tokens[0] + 1) % 200, (tokens[0] + 2) % 200]),
+                   Window(states[1], [tokens[1]] + [(tokens[1] + 3 * r) % 200 for r in (1, 2, 3)], parents=tree)]
+        if graphs is not None:
+            logits, starts = graphs.run(windows, TAPS)
+        else:
+            logits, starts = net.forward_logits(windows, TAPS)
+        every = model.backend.to_host(logits)
+        rows = [every[a:b] for a, b in zip(starts[:-1], starts[1:])]
+        features = b"".join(model.backend.to_host(f).tobytes() for win in windows for f in win.features)
+        if held is not None:
+            held.append([f for win in windows for f in win.features])
+        states[0].keep(chain_keep)
+        states[1].keep_path(path)
+        seen.append(b"".join(r.tobytes() for r in rows) + features)
+        tokens = [int(np.argmax(rows[0][chain_keep - 1])), int(np.argmax(rows[1][path[-1]]))]
+    return seen
+
+
+@pytest.fixture(scope="module")
+def eager_drafted(graph_model):
+    return drafted(graph_model, None)
+
+
+def test_drafted_rounds_equal_eager_rounds(graph_model, eager_drafted):
+    """A chain and a tree in one round, kept in full, in part and not at all: a recording per tree shape, the
+    first replayed again in the second round. The tapped features are the graph's: the next replay overwrites them,
+    so a drafter must read them within the round (the engine's `observe` does)."""
+    graphs, held = DecodeGraphs(graph_model.net), []
+    assert drafted(graph_model, graphs, held=held) == eager_drafted
+    assert (graphs.recorded, graphs.replayed) == (2, 3)
+    first_now = b"".join(graph_model.backend.to_host(f).tobytes() for f in held[0])
+    assert first_now != eager_drafted[0][-len(first_now):]  # round 1's features, read after round 2's replay
+
+
+def test_control_pending_rows_left_for_the_next_replay_are_caught(graph_model, eager_drafted, monkeypatch):
+    """Control: a replay that does not land the kept rows pending from the round before (views of the graph's
+    log) differs."""
+    monkeypatch.setattr(StreamState, "land", lambda self: None)
+    got = drafted(graph_model, DecodeGraphs(graph_model.net), rounds=2)
+    assert got[0] == eager_drafted[0] and got[1] != eager_drafted[1]
+
+
+def test_control_a_recording_keyed_without_the_parents_is_caught(graph_model, eager_drafted, monkeypatch):
+    """Control: a recording keyed by its windows' rows alone replays round 1's tree maps for round 2's tree."""
+    key = DecodeGraphs.key
+    monkeypatch.setattr(DecodeGraphs, "key", staticmethod(
+        lambda windows, taps: key([Window(w.state, w.ids) for w in windows], taps)))
+    graphs = DecodeGraphs(graph_model.net)
+    got = drafted(graph_model, graphs)
+    assert graphs.recorded == 1 and got[:2] == eager_drafted[:2] and got[2] != eager_drafted[2]
+
+
+def test_control_a_tree_reading_the_recorded_length_is_caught(graph_model, eager_drafted, on_gpu, monkeypatch):
+    """Control: a replay whose trees read the stream lengths of the recording (as a length passed from the host
+    would be) reads the wrong keys: past the tree's maps for its deepest row, which the simulator refuses (a GPU
+    reads whatever lies there, and the bits differ)."""
+    graphs = DecodeGraphs(graph_model.net)
+    original, recorded_lengths = graphs.write_integers, {}
+
+    def lengths_kept(recorded, windows):
+        original(recorded, windows)
+        committed = recorded.integers[-1]  # the table's last row: each row's stream length
+        committed[...] = recorded_lengths.setdefault(id(recorded), np.array(committed))
+    monkeypatch.setattr(graphs, "write_integers", lengths_kept)
+    if not on_gpu:
+        with pytest.raises(IndexError, match="out of bounds"):
+            drafted(graph_model, graphs, rounds=2)
+        return
+    got = drafted(graph_model, graphs, rounds=2)
+    assert got[0] == eager_drafted[0] and got[1] != eager_drafted[1]
+
+
+def test_control_a_drafted_scan_over_the_stored_state_is_caught(graph_model, eager_drafted, monkeypatch):
+    """Control: a drafted recording whose scan writes its final state over the stored one, as a one-row round's
+    does, differs: keeping part of a chain then replays its rows from the state after all of them."""
+    ops = type(graph_model.net.ops)
+    scan = ops.deltanet_scan
+    monkeypatch.setattr(ops, "deltanet_scan", lambda self, *args, in_place=False, **kwargs: scan(
+        self, *args, in_place=True, **kwargs))
+    got = drafted(graph_model, DecodeGraphs(graph_model.net), rounds=2)
+    assert got[0] == eager_drafted[0] and got[1] != eager_drafted[1]
+
+
+class Oracle(Drafter):
+    """Proposes each request's known undrafted output, every third guess wrong: as a chain for the first prompt, as
+    a tree with a wrong sibling at each level for the second, so drafts are accepted in full, in part and not at
+    all, and one round holds a chain and a tree."""
+
+    def __init__(self, outputs):
+        self.outputs = outputs  # prompt tuple -> its undrafted output
+
+    def propose_tree(self, tokens, max_rows, state=None):
+        prompt = next(p for p in self.outputs if tuple(tokens[:len(p)]) == p)
+        done, tree = len(tokens) - len(prompt), prompt == tuple(ENGINE_PROMPTS[1])
+        chain = [t if (done + i) % 3 else (t + 1) % 200
+                 for i, t in enumerate(self.outputs[prompt][done:done + (max_rows // 2 if tree else max_rows)])]
+        if not tree:
+            return chain, list(range(-1, len(chain) - 1))
+        ids, parents = [], []
+        for depth, token in enumerate(chain):
+            parents += [2 * depth - 1 if depth else -1] * 2
+            ids += [(token + 7) % 200, token]
+        return ids, parents
+
+
+ENGINE_PROMPTS = (PROMPTS[0], PROMPTS[1] + PROMPTS[0][:2])
+
+
+def engine_outputs(model, drafter, graphs: bool, capacity: int = 2):
+    """Both requests of ENGINE_PROMPTS (5 greedy tokens each) through one engine, and the engine."""
+    engine = Engine(model, parallel=2, chunk=8, context=64, drafter=drafter, max_draft=4, graphs=graphs)
+    if engine.graphs is not None:
+        engine.graphs.capacity = capacity
+    submitted = [engine.submit(prompt, SamplingParams(max_tokens=5)) for prompt in ENGINE_PROMPTS]
+    while any(r.finish_reason is None for r in submitted):
+        engine.run_round()
+    return [r.output for r in submitted], engine
+
+
+@pytest.fixture(scope="module")
+def undrafted(graph_model):
+    """The requests' output, undrafted and eager."""
+    return engine_outputs(graph_model, Drafter(), graphs=False)[0]
+
+
+def test_engine_drafted_replays_equal_undrafted_eager(graph_model, undrafted):
+    """The engine, graphs on, drafting chains and trees against an oracle: the undrafted eager tokens, from drafted
+    rounds replayed (each round after the prompts), with at most `capacity` recordings held."""
+    oracle = Oracle({tuple(p): out for p, out in zip(ENGINE_PROMPTS, undrafted)})
+    outputs, engine = engine_outputs(graph_model, oracle, graphs=True)
+    assert outputs == undrafted
+    assert engine.graphs.replayed == engine.rounds - 1 and len(engine.graphs.recordings) <= 2
+
+
+def test_control_engine_replays_with_pending_rows_left_are_caught(graph_model, undrafted, monkeypatch):
+    """Control: the same engine run, its replays not landing the kept rows pending from the round before."""
+    monkeypatch.setattr(StreamState, "land", lambda self: None)
+    oracle = Oracle({tuple(p): out for p, out in zip(ENGINE_PROMPTS, undrafted)})
+    assert engine_outputs(graph_model, oracle, graphs=True)[0] != undrafted

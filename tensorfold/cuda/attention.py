@@ -4,7 +4,7 @@ A query row reads logical keys 0 .. n - 1 of its stream: the stream's committed 
 in the window (paths.py), n = committed + depth + 1. In the cache, logical key j < committed is row j, and logical
 key committed + d is row committed + path_slots[r, d]: a window's rows are written at committed + slot, so a tree
 row reads its ancestors' keys and its own, never a sibling's. A chain's path is the identity (row r's key at depth
-d sits at slot d), and so is every key when no map is given (committed = the whole cache).
+d sits at slot d), and so is every key when no map is given (each row's keys all below its n).
 
 The keys are cut into chunks at fixed logical positions, [0, CHUNK), [CHUNK, 2 CHUNK), ..., that depend only on n,
 never on the other rows of the round or on where the keys sit in the cache: so a row's sums are the same whether it
@@ -68,7 +68,9 @@ HELD = DIMS_A_THREAD * LOADS  # values a partial's thread holds at a time (numba
 
 
 def cache_rows(logical, committed, path_slots):
-    """[rows, keys]: the cache row of each row's logical keys (committed keys in place, then the row's path)."""
+    """[rows, keys]: the cache row of each row's logical keys (committed keys in place, then the row's path);
+    `committed` one count for every row, or each row's."""
+    committed = np.asarray(committed).reshape(-1, 1)
     in_window = np.clip(logical[None, :] - committed, 0, path_slots.shape[1] - 1)
     return np.where(logical[None, :] < committed, logical[None, :],
                     committed + np.take_along_axis(path_slots, in_window, axis=1))
@@ -77,7 +79,7 @@ def cache_rows(logical, committed, path_slots):
 def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots=None):
     """q [rows, Hq, hd]; keys, values [N, Hkv, hd], the cache. Row r reads logical keys 0 .. n_keys[r] - 1: key
     j < committed is cache row j, key committed + d is cache row committed + path_slots[r, d] (int [rows, deepest +
-    1]); without them every key is read in place.
+    1]; `committed` an int, or int [rows], each row's stream length); without them every key is read in place.
 
     Returns (m, l [rows, Hq, chunks], o [rows, Hq, chunks, hd]); chunks a row does not reach hold m = -inf, l = 0.
     """
@@ -171,9 +173,10 @@ def cache_row(key, r, committed, path_slots):
 @kernel
 def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, committed, path_slots, scale, chunk, m, l,
                              o):
-    """q, keys, values flat (their rows [heads or kv_heads, dims] one after another); indices are unsigned, so that
-    a load costs no check for negative indices."""
+    """q, keys, values flat (their rows [heads or kv_heads, dims] one after another); committed [rows], each row's
+    stream length; indices are unsigned, so that a load costs no check for negative indices."""
     c, h, r, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, cuda.threadIdx.x
+    length = committed[r]  # row r's stream length, from device memory (a recorded round's change per replay)
     kv = h // (heads // kv_heads)  # grouped-query attention: the KV head this query head reads
     start = c * chunk
     live = min(start + chunk, n_keys[r]) - start  # keys of this chunk the row reads (<= 0: the chunk is unreached)
@@ -187,7 +190,7 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
     score = np.float32(-np.inf)  # an empty slot: -inf to the max
     batch = cuda.local.array(HELD, np.float32)
     if t < live:
-        key = np.uint64((cache_row(start + t, r, committed, path_slots) * kv_heads + kv) * dims)  # its key's start
+        key = np.uint64((cache_row(start + t, r, length, path_slots) * kv_heads + kv) * dims)  # its key's start
         acc = np.float32(0)
         for first in range(0, dims, LOADS):  # the dot over head dims in order, LOADS loads ahead of their use
             for u in range(LOADS):
@@ -229,7 +232,7 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
         sums[j] = 0
     for first in range(0, max(live, 0), LOADS):
         for u in range(LOADS):  # LOADS keys' values loaded ahead of their use (past the chunk's last: its last again)
-            value_row = np.uint64((cache_row(start + min(first + u, live - 1), r, committed, path_slots) * kv_heads
+            value_row = np.uint64((cache_row(start + min(first + u, live - 1), r, length, path_slots) * kv_heads
                                    + kv) * dims)  # where the key's values for this KV head start
             for j in range(DIMS_A_THREAD):
                 batch[j * LOADS + u] = values[value_row + np.uint64(min(t + j * CHUNK, dims - 1))]
@@ -292,14 +295,17 @@ def kv_compact_kernel(keys, values, committed, path):
 def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, path_slots=None, stream=0,
                              max_keys=None, chunk=CHUNK):
     """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] and path_slots [rows, deepest + 1] (int32) on
-    the device; committed an int. Returns (m, l, o). Without path_slots every key is read in place.
+    the device; committed an int, or each row's on the device (int32 [rows]: a recorded round reads it there).
+    Returns (m, l, o). Without path_slots every key is read in place.
 
     The outputs hold ceil(max_keys / chunk) chunks, max_keys defaulting to N: pass the largest n_keys when the
     cache has room beyond it (chunks no row reaches only cost empty blocks, and the merge ignores them).
     """
     rows, heads, head_dim = q.shape
-    if path_slots is None:  # every key in place: the map is never read
-        committed, path_slots = keys.shape[0], cuda.device_array((rows, 1), np.int32, stream=stream)
+    if path_slots is None:  # every key in place (each row's keys are below its n_keys): the map is never read
+        committed, path_slots = n_keys, cuda.device_array((rows, 1), np.int32, stream=stream)
+    elif isinstance(committed, (int, np.integer)):
+        committed = cuda.to_device(np.full(rows, committed, np.int32), stream=stream)
     chunks = -(-(keys.shape[0] if max_keys is None else max_keys) // chunk)
     m = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     l = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)

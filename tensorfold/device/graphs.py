@@ -4,8 +4,9 @@ A decode round launches a few hundred kernels, and numba's host work for each la
 those kernels run on the GPU. A CUDA graph records the round's launches (each
 kernel, its grid, and its arguments: every device pointer and every scalar, fixed) and the driver replays all of
 them from one call. So a recorded round is only right if everything that changes from one round to the next is
-read from device memory at a fixed address (the round's token ids and positions) and everything the next round
-needs is written in place (the DeltaNet states, the conv tails, the keys and values at a device-held position).
+read from device memory at a fixed address (the round's token ids, positions and stream lengths) and everything the
+next round needs is written in place (the keys and values at a device-held position, a one-row round's DeltaNet
+states and conv tails) or taken out of the graph's buffers before the next replay (a drafted round's kept rows).
 tensorfold/model/replay.py builds decode rounds that way; this file records and replays them.
 
 * On a GPU, `Recording` captures the backend's numba stream (`cuStreamBeginCapture`, relaxed mode, so that the

@@ -52,7 +52,7 @@ class StreamState:
         self.max_rows = max_rows  # key/value buffers never grow past this (the engine's context), if set
         self.length = 0
         self.window_rows = 0  # rows of the last forward not yet kept or dropped
-        self.kept_on_device = False  # a replayed decode graph has already written its one row into the cache
+        self.kept_on_device = False  # a replayed one-row round has already written its row into the cache
         self.pending_rows = 0  # kept DeltaNet rows not yet applied to `recurrent` (the same count in every layer)
         self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
@@ -109,8 +109,8 @@ class StreamState:
         pending buffer under a late policy, unless `write_back` (a prompt chunk), the window had one row, or they do
         not fit; then the state is written at once."""
         assert 0 <= n <= self.window_rows, f"cannot keep {n} of {self.window_rows} window rows"
-        if self.kept_on_device:  # a decode graph's round: the device holds the row already, count it
-            assert n == 1, "a decode graph's round keeps its one row"
+        if self.kept_on_device:  # a replayed one-row round: the device holds the row already, count it
+            assert n == 1, "a replayed one-row round keeps its one row"
             self.kept_on_device = False
             self._committed(1, deferred=False)
             return
@@ -136,7 +136,7 @@ class StreamState:
 
     def commit_in_place(self) -> None:
         """Write the last one-row window's DeltaNet state and conv tail over the stored ones, in place (a recorded
-        decode round, whose replays must find the next round's state at the same addresses)."""
+        one-row round, whose replays must find the next round's state at the same addresses)."""
         assert self.window_rows == 1 and not self.pending_rows, "in-place commits are for one-row windows"
         for i, record in self.records.items():
             if record.after is not self.recurrent[i]:  # the scan wrote it in place already, if asked to

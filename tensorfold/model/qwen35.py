@@ -142,7 +142,7 @@ class Qwen35:
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):
                 with lanes.lane(n):
                     tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
-                                                 win.maps.conv_taps, out=conv[a:b], in_place=inputs.recorded)[1])
+                                                 win.maps.conv_taps, out=conv[a:b], in_place=inputs.in_place)[1])
         q, k, v, decay, beta = ops.scan_inputs(conv, b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk,
                                                L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
@@ -152,11 +152,11 @@ class Qwen35:
                 state, maps = win.state, win.maps
                 with lanes.lane(n):
                     start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-                    # A recorded decode round writes the new state over the stored one (replay.py); otherwise the
+                    # A recorded one-row round writes the new state over the stored one (replay.py); otherwise the
                     # keep decides which state the stream goes on from.
                     _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
                                                       maps.depths, maps.path_slots, out=out[a:b],
-                                                      in_place=inputs.recorded)
+                                                      in_place=inputs.in_place)
                 state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
@@ -193,5 +193,5 @@ class Qwen35:
                                             max_keys=max_keys)
         else:
             partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
-                                            state.length, win.maps.path_slots, max_keys=max_keys)
+                                            inputs.committed[a:b], win.maps.path_slots, max_keys=max_keys)
         ops.attention_merge(*partial, out=out[a:b], gate=gate)

@@ -1,31 +1,59 @@
-"""Decode rounds as CUDA graphs: the round recorded once per set of streams, then replayed by one driver call.
+"""Decode rounds as CUDA graphs: each shape of round recorded once per set of streams, then replayed by one driver
+call.
 
-A *decode round* is one in which every stream's window is its one decode row: no prompt chunk, no drafted row. With
-the same streams, two decode rounds launch the same kernels on the same buffers; only a few integers differ (each
-row's token id, position, key count and cache row), and the work after the forward is always the same keep of
-one row. `DecodeGraphs.run(windows)` runs such a round, forward and keep, from a recording
+A *decode round* is one in which every stream's window is its decode row, alone or followed by drafted rows: a
+chain or a tree of up to MAX_ROWS rows in all, with logits for every row (a prompt chunk, which comes once per prompt
+in up to `chunk` rows, runs eagerly). Two decode rounds of the same streams with the same window shapes launch the
+same kernels on the same buffers; only a few integers differ (each row's token id, position, key count, cache row
+and its stream's length). `DecodeGraphs.run(windows)` runs such a round's forward from a recording
 (tensorfold/device/graphs.py):
 
 1. Each stream lands its pending DeltaNet rows, puts its state and conv tail back in its own buffers (`settle`),
-   and grows its key/value buffers when the next row would not fit, by HEADROOM rows at least: eager work, done
-   before recording or replaying, and rarely needed.
-2. The recording for these streams' buffers is looked up, or made: `forward_logits` over `RoundInputs` that read a
-   fixed [4, rows] buffer (`recorded`: the attention covers each stream's whole cache, so its grid does not
-   depend on the lengths), in which the scan and the conv write each stream's new DeltaNet state and conv tail
-   over the stored ones (`in_place`), then each stream's `commit_in_place` (which copies whatever was not
-   written in place). The keys and values are already in place: `kv_write` puts them at the cache row
-   the buffer says.
+   and grows its key/value buffers when the window's rows would not fit, by HEADROOM rows at least: eager work,
+   done before recording or replaying, and rarely more than a copy of each state and tail.
+2. The recording for these streams' buffers and window shapes is looked up, or made: `forward_logits` over
+   `RoundInputs` that read a fixed [RoundInputs.ROWS, rows] buffer (`recorded`: the attention covers each stream's
+   whole cache, so its grid does not depend on the lengths). The keys and values go in place: `kv_write` puts them
+   at the cache rows the buffer says.
 3. The round's integers are written into the recording's pinned host buffer (`CudaBackend.mapped`: a store, no
-   driver call), the graph is replayed, its first kernel copies them into the fixed buffer, and each stream's
-   `keep(1)` then only counts the row (`kept_on_device`).
+   driver call), the graph is replayed, and its first kernel copies them into the fixed buffer.
 
-The logits are the graph's own output buffer, one row for each stream in order, which the engine's sampling reads
-as it is: read them before the next round. A recording is keyed by the identity of its streams' cache buffers, in
-order (`StreamState.settled_buffers`: once settled, a stream's own DeltaNet states and conv tails never change, so
-the first stands for them all, and then its key/value buffers); the graph keeps those buffers alive (it holds
-every argument it launched), so no other array can take one of those identities while the key is in the cache. A
-stream joining or leaving, or a grown buffer, makes a new key and a new recording; at most `capacity` are kept,
-the least recently used dropped first.
+What the keep then does depends on the shape.
+
+* A one-row round (every window one row, the round undrafted decoding runs) keeps its row in the graph: the scan
+  and the conv write each stream's new DeltaNet state and conv tail over the stored ones (`in_place`), then each
+  stream's `commit_in_place` copies whatever was not written in place, and `keep(1)` only counts the row
+  (`kept_on_device`).
+* A drafted round keeps its rows eagerly, as an unrecorded round does: the scan and the conv leave the stored state
+  and tail as they were and write the window's DeltaNet records (the state after the last row, the scan's log, the
+  conv inputs and the new tail) into buffers the graph owns. After a replay each stream gets the records the
+  recording made, now holding this round's values, so the engine's `keep(n)` or `keep_path(path)` after its walk
+  reads them as it would an eager forward's.
+
+The graph's buffers are overwritten by the next replay of the same recording, so whatever a stream keeps from them
+must be out of them before then: the late keep's pending rows (views of the scan's log) are landed by step 1, a
+state or tail that a keep pointed at the graph's (`recurrent[i] = record.after`) is copied home by `settle`, a tree's
+kept rows are in the stream's own key/value buffers (`kv_compact` moves them there, in place, eagerly), and a kept
+conv tail is the graph's new tail (copied home by `settle`) or a new array. Step 1 runs for every stream of the round,
+and the engine puts every stream in every round, so no stream can reach a replay holding a graph's buffer. The
+logits (one row per window row, in order) and a block drafter's tapped features are the graph's output buffers too,
+which the engine reads within the round: the sampling reads the logits, and the drafter's `observe` projects the
+features into its own context before the round ends.
+
+A recording is keyed by the identity of its streams' cache buffers, in order (`StreamState.settled_buffers`: once
+settled, a stream's own DeltaNet states and conv tails never change, so the first stands for them all, and then its
+key/value buffers), by each window's rows and parents, and by the taps; the graph keeps those buffers alive (it holds
+every argument it launched), so no other array can take one of those identities while the key is in the cache. The
+parents are in the key because a tree's index maps (`Window.maps`, uploaded before the recording: a recording
+refuses uploads) are launch arguments: a replay launches the maps it recorded, which it holds, and never builds a
+window's maps again. A stream joining or leaving, a grown buffer or a new window shape makes a new key and a new
+recording.
+
+A recording holds every array its round made: the activations of its rows, the logits [rows, vocab], the attention
+partials (rows x heads x the cache's chunks x head_dim, per attention layer), and per DeltaNet layer and window a
+state, a log and a conv tail. So its memory grows with the round's rows, the streams and the cache; at most
+`capacity` are kept, the least recently used dropped first (a smaller `capacity` bounds the memory, a larger one
+records less often when window shapes vary).
 
 Every replay computes the bits the eager round computes: the same kernels, in the same order, on the same values
 (tests/test_graphs.py checks tokens and logits bytes with graphs on and off).
@@ -39,7 +67,8 @@ import numpy as np
 from tensorfold.device import graphs
 from tensorfold.model.rows import RoundInputs
 
-HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: one new recording per 256 rounds
+HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: one new recording per 256 rows
+MAX_ROWS = 16  # a window's rows in a replayed round: the decode row and up to 15 drafted rows (the engine's max_draft)
 
 
 def replays_decode_rounds(backend, graphs: bool | None = None) -> bool:
@@ -53,49 +82,64 @@ def replays_decode_rounds(backend, graphs: bool | None = None) -> bool:
 @dataclasses.dataclass
 class Recorded:
     graph: object  # tensorfold.device.graphs.Graph
-    integers: object  # the round's [4, rows] int32 in pinned host memory, copied to the device by its first kernel
-    logits: object  # the graph's output buffer: the logits [streams, vocab], a row for each window in order
-    starts: list  # where each window's row starts in it, and the end (as Qwen35.forward_logits gives them)
+    integers: object  # the round's [RoundInputs.ROWS, rows] int32 in pinned host memory, copied in by its first kernel
+    logits: object  # the graph's output buffer: the logits [rows, vocab], every window's rows in order
+    starts: list  # where each window's rows start in it, and the end (as Qwen35.forward_logits gives them)
+    in_place: bool  # a one-row round, kept in the graph; else each window's keep runs eagerly from `records`
+    records: list  # per window, its DeltaNet records {layer: DeltaNetRecord} on the graph's buffers
+    features: list  # per window, its tapped features (graph buffers), or None without taps
 
 
 class DecodeGraphs:
-    """Recorded decode rounds of one model (on a backend that `can_record`), keyed by their streams' cache buffers."""
+    """Recorded decode rounds of one model (on a backend that `can_record`), keyed by their streams' cache buffers
+    and window shapes."""
 
-    def __init__(self, net, capacity: int = 4):
+    def __init__(self, net, capacity: int = 16):
         self.net, self.capacity = net, capacity
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
         self.recorded = self.replayed = 0  # counts, for tests and the benchmark
 
     @staticmethod
-    def eligible(windows, taps=()) -> bool:
-        """Whether a round is a decode round a graph can run: one chain row per stream, logits for it, no taps
-        (a block drafter keeps the tapped features, which a replay would overwrite)."""
-        return not taps and all(len(w.ids) == 1 and w.parents is None and w.logits_for == "all" for w in windows)
+    def eligible(windows) -> bool:
+        """Whether a round is a decode round a graph can run: every window 1 .. MAX_ROWS rows, logits for all."""
+        return all(1 <= len(w.ids) <= MAX_ROWS and w.logits_for == "all" for w in windows)
 
-    def run(self, windows: list) -> tuple:
-        """Forward and keep a decode round from its recording; returns the round's logits and where each window's
-        row starts, as `Qwen35.forward_logits` does. Each stream's `keep(1)` afterwards only counts the row."""
+    def run(self, windows: list, taps: tuple = ()) -> tuple:
+        """Forward a decode round from its recording; returns the round's logits and where each window's rows start,
+        as `Qwen35.forward_logits` does. A one-row round's `keep(1)` afterwards only counts the row; a drafted
+        round's `keep` or `keep_path` commits its rows from the replay's records."""
         assert self.eligible(windows), "a graph runs decode rounds only"
         for win in windows:
             state = win.state
-            state.land()
-            state.settle()
-            if any(buffer.shape[0] <= state.length for buffer in state.keys.values()):
-                room = HEADROOM if state.max_rows is None else min(HEADROOM, state.max_rows - state.length)
-                state.reserve(room)
-        key = tuple(id(buffer) for win in windows for buffer in win.state.settled_buffers())
+            state.land()  # the pending rows are views of a graph's log, which a replay overwrites
+            state.settle()  # and so is a state or tail a keep took from a graph's records
+            if any(buffer.shape[0] < state.length + len(win.ids) for buffer in state.keys.values()):
+                room = max(HEADROOM, len(win.ids))
+                state.reserve(room if state.max_rows is None else min(room, state.max_rows - state.length))
+        key = self.key(windows, taps)
         recorded = self.recordings.get(key)
         if recorded is None:
-            recorded = self.recordings[key] = self._record(windows)
+            recorded = self.recordings[key] = self._record(windows, taps)
             while len(self.recordings) > self.capacity:
                 self.recordings.popitem(last=False)
         self.recordings.move_to_end(key)
         self.write_integers(recorded, windows)
         recorded.graph.replay()
         self.replayed += 1
-        for win in windows:
-            win.state.window_rows, win.state.kept_on_device = 1, True
+        for win, records, features in zip(windows, recorded.records, recorded.features):
+            win.features = features
+            if recorded.in_place:
+                win.state.window_rows, win.state.kept_on_device = 1, True
+            else:  # a copy of the dict: the keep rebinds a state's records, it must never clear the recording's
+                win.state.records, win.state.window_rows = dict(records), len(win.ids)
         return recorded.logits, recorded.starts
+
+    @staticmethod
+    def key(windows: list, taps: tuple) -> tuple:
+        """A recording's key: its streams' settled buffers, each window's rows and parents (a tree's maps are in the
+        graph), and the taps."""
+        return (tuple(id(buffer) for win in windows for buffer in win.state.settled_buffers()),
+                tuple((len(win.ids), None if win.parents is None else tuple(win.parents)) for win in windows), taps)
 
     def write_integers(self, recorded: Recorded, windows: list) -> None:
         """The round's integers into the recording's host buffer, once its last replay has copied them out (in the
@@ -103,24 +147,29 @@ class DecodeGraphs:
         self.net.ops.synchronize()
         recorded.integers[...] = RoundInputs.table(windows)
 
-    def _record(self, windows: list) -> Recorded:
-        """Record the forward and the in-place keep of a decode round over a fixed input buffer."""
+    def _record(self, windows: list, taps: tuple) -> Recorded:
+        """Record the forward of a decode round over a fixed input buffer, and a one-row round's in-place keep."""
         ops = self.net.ops
-        integers, readable = ops.mapped((4, len(windows)), np.int32)
-        table = ops.upload(np.zeros((4, len(windows)), np.int32))
-        inputs = RoundInputs.on(ops, table, recorded=True)
+        shape = (RoundInputs.ROWS, sum(len(win.ids) for win in windows))
+        integers, readable = ops.mapped(shape, np.int32)
+        table = ops.upload(np.zeros(shape, np.int32))
+        in_place = all(len(win.ids) == 1 for win in windows)
+        inputs = RoundInputs.on(ops, table, recorded=True, in_place=in_place)
         for win in windows:
-            win.maps  # a one-row chain's maps, uploaded before the recording (an upload cannot be recorded)
+            win.maps  # uploaded before the recording (an upload cannot be recorded); the graph then holds them
         try:
             with graphs.Recording(ops.stream) as recording:
                 ops.copy_into(table, readable)  # the kernels after it read device memory, not the host's, each time
-                logits, starts = self.net.forward_logits(windows, inputs=inputs)
-                with ops.side_by_side(len(windows)) as lanes:
-                    for n, win in enumerate(windows):
-                        with lanes.lane(n):
-                            win.state.commit_in_place()
+                logits, starts = self.net.forward_logits(windows, taps, inputs)
+                if in_place:
+                    with ops.side_by_side(len(windows)) as lanes:
+                        for n, win in enumerate(windows):
+                            with lanes.lane(n):
+                                win.state.commit_in_place()
+            records = [win.state.records for win in windows]
+            features = [win.features for win in windows]
         finally:  # nothing has run yet: the streams are as they were
             for win in windows:
                 win.state.records, win.state.window_rows = {}, 0
         self.recorded += 1
-        return Recorded(recording.graph, integers, logits, starts)
+        return Recorded(recording.graph, integers, logits, starts, in_place, records, features)

@@ -30,29 +30,34 @@ _CHAIN_MAPS = weakref.WeakKeyDictionary()  # backend -> {rows: RowMaps}: a chain
 @dataclasses.dataclass(frozen=True)
 class RoundInputs:
     """The per-row integers of a round, on the backend, uploaded once: each row's token id, its position (its
-    stream's length + its depth), the keys it reads (position + 1), and the cache row its key and value go to (its
-    stream's length + its slot in the window). A recorded decode round (replay.py) reads them from a buffer that
-    is rewritten before each replay."""
+    stream's length + its depth), the keys it reads (position + 1), the cache row its key and value go to (its
+    stream's length + its slot in the window), and its stream's length. A recorded round (replay.py) reads them
+    from a buffer that is rewritten before each replay."""
     ids: object
     positions: object
     n_keys: object
     write_at: object
+    committed: object
     recorded: bool = False  # the attention's chunks cover each stream's whole cache (key counts change per replay)
+    in_place: bool = False  # a recorded one-row round: the scan and the conv write over the stored state and tail
+
+    ROWS = 5  # the table's rows: ids, positions, n_keys, write_at, committed
 
     @staticmethod
     def table(windows) -> np.ndarray:
-        """[4, rows] int32 on the host: ids, positions, n_keys and write_at, window after window. (Built from
-        Python lists: a decode round's windows are one row each, and NumPy calls a window cost more than its rows.)"""
+        """[ROWS, rows] int32 on the host, window after window. (Built from Python lists: a decode round's windows
+        are one row each, and NumPy calls a window cost more than its rows.)"""
         ids = [token for win in windows for token in win.ids]
         positions = [position for win in windows for position in win.positions]
         write_at = [win.state.length + slot for win in windows for slot in range(len(win.ids))]
-        return np.array([ids, positions, [p + 1 for p in positions], write_at], np.int32)
+        committed = [win.state.length for win in windows for _ in win.ids]
+        return np.array([ids, positions, [p + 1 for p in positions], write_at, committed], np.int32)
 
     @classmethod
-    def on(cls, ops, table, recorded=False) -> "RoundInputs":
-        """The inputs over a [4, rows] table on the backend (uploaded if it is a host array)."""
+    def on(cls, ops, table, recorded=False, in_place=False) -> "RoundInputs":
+        """The inputs over a [ROWS, rows] table on the backend (uploaded if it is a host array)."""
         table = ops.upload(table) if isinstance(table, np.ndarray) else table
-        return cls(table[0], table[1], table[2], table[3], recorded)
+        return cls(*(table[n] for n in range(cls.ROWS)), recorded, in_place)
 
 
 @dataclasses.dataclass
