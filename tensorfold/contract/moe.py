@@ -1,9 +1,11 @@
-"""The checks of moe.py: the router, the routed experts' grouped kernels (4- and 8-bit) and the weighted sum.
+"""The checks of moe.py and experts.py: the router, the grouping of the round's pairs by expert, the routed experts'
+grouped GEMM (4- and 8-bit) and the weighted sum.
 
 The routed experts' twin runs each expert's rows together through the exact GEMM's twin (rows sorted by expert);
-the kernels give every (row, rank) pair and output its own thread. The controls plant what a grouped GEMM can get
-wrong: a row sent to the wrong expert, two experts' weights swapped, rows swapped; and in the weighted sum, the
-shared expert's gate left out."""
+the kernels sort the pairs on the device and run the grouped GEMM on the tensor cores. The controls plant what a
+grouped GEMM can get wrong: a row sent to the wrong expert, two experts' weights swapped, rows swapped; in the
+grouping, a pair counted in the wrong expert and pairs in the wrong order; and in the weighted sum, the shared
+expert's gate left out."""
 import dataclasses
 
 import numpy as np
@@ -12,20 +14,18 @@ from numba import cuda
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
 from tensorfold.contract.gemm import random_affine
-from tensorfold.cuda.moe import (
-    affine_dot,
-    combine,
-    combine_kernel,
-    combine_launch,
-    expert_down_kernel,
-    expert_gate_up_kernel,
-    fixed_point_kernel,
-    route,
-    route_kernel,
-    route_launch,
+from tensorfold.cuda.experts import (
+    expert_pairs,
+    expert_tile,
+    group_kernel,
+    group_launch,
+    grouped_kernel,
     routed_experts,
     routed_experts_launch,
 )
+from tensorfold.cuda.gemm import combine_kernel as gemm_combine_kernel
+from tensorfold.cuda.gemm import quantize_kernel, tile_products
+from tensorfold.cuda.moe import combine, combine_kernel, combine_launch, route, route_kernel, route_launch
 from tensorfold.device.grid import to_host
 
 # (rows, experts, k): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's router (256 experts, top 8) at
@@ -34,7 +34,10 @@ ROUTE_SIM = [(5, 8, 2), (3, 6, 3)]
 ROUTE_GPU = [(1, 256, 8), (16, 256, 8), (512, 256, 8), (7, 512, 10)]
 # (rows, experts, k, hidden, expert width)
 EXPERTS_SIM = [(5, 4, 2, 64, 64)]
-EXPERTS_GPU = [(1, 256, 8, 2048, 512), (16, 256, 8, 2048, 512), (128, 256, 8, 2048, 512)]
+EXPERTS_GPU = [(1, 256, 8, 2048, 512), (16, 256, 8, 2048, 512), (128, 256, 8, 2048, 512), (512, 256, 8, 2048, 512)]
+# (rows, k, experts) of the grouping: under the simulator experts left unused and an expert taken by most rows
+GROUPS_SIM = [(5, 2, 4), (3, 3, 8), (9, 1, 2)]
+GROUPS_GPU = [(1, 8, 256), (16, 8, 256), (512, 8, 256), (7, 10, 512)]
 
 
 def _route_cases(mode, rng):
@@ -58,6 +61,32 @@ def _top_experts_swapped(inputs):
     rows = np.arange(len(logits))
     logits[rows, best], logits[rows, other] = inputs["logits"][rows, other], inputs["logits"][rows, best]
     return {**inputs, "logits": logits}
+
+
+def _groups_cases(mode, rng):
+    out = []
+    for rows, k, experts in GROUPS_SIM if mode == "sim" else GROUPS_GPU:
+        ids = np.stack([rng.permutation(experts)[:k] for _ in range(rows)]).astype(np.int32)
+        ids[:rows // 2, 0] = 0  # one expert taken by half the rows
+        out.append((f"{rows} rows top {k} of {experts} experts", {"ids": ids, "experts": experts}))
+    return out
+
+
+def _groups_twin(ids, experts):
+    """`expert_pairs` as the kernel writes it: the pairs in one list, and where each expert's start."""
+    pairs = expert_pairs(ids, experts)
+    return np.concatenate(pairs).astype(np.int32), np.cumsum([0] + [len(p) for p in pairs]).astype(np.int32)
+
+
+def _groups_launch(ids, experts):
+    return to_host(group_launch(cuda.to_device(ids), experts))
+
+
+def _pair_to_another_expert(inputs):
+    ids = inputs["ids"].copy()
+    spare = [e for e in range(inputs["experts"]) if e not in ids[0]]
+    ids[0, -1] = spare[0]
+    return {**inputs, "ids": ids}
 
 
 @dataclasses.dataclass
@@ -166,13 +195,16 @@ def _ranks_swapped(inputs):
     return {**inputs, "weights": inputs["weights"][:, ::-1].copy()}
 
 
-EXPERT_KERNELS = (fixed_point_kernel, expert_gate_up_kernel, expert_down_kernel, affine_dot)
+EXPERT_KERNELS = (group_kernel, grouped_kernel, expert_tile, tile_products, quantize_kernel, gemm_combine_kernel)
 EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "two experts' weights swapped": _experts_swapped, "two rows swapped": swap_rows("x")}
 CONTRACT = [
     KernelCheck("moe_route", route, _route_launch, _route_cases,
                 {"two rows swapped": swap_rows("logits"), "the top expert's logit swapped with its neighbour's":
                  _top_experts_swapped}, kernels=(route_kernel,)),
+    KernelCheck("moe_expert_groups", _groups_twin, _groups_launch, _groups_cases,
+                {"a pair counted in another expert": _pair_to_another_expert, "two rows swapped": swap_rows("ids")},
+                kernels=(group_kernel,)),
     KernelCheck("moe_routed_experts4", _experts_twin, _experts_launch, _experts_cases(4), EXPERT_CONTROLS,
                 kernels=EXPERT_KERNELS),
     KernelCheck("moe_routed_experts8", _experts_twin, _experts_launch, _experts_cases(8), EXPERT_CONTROLS,
