@@ -145,22 +145,35 @@ def group_launch(ids, experts, stream=0):
     return order, offsets
 
 
+def grouped_shape(pairs, experts, weight, columns):
+    """(words, row halves, tiles) of the grouped kernel: the shape a GEMM of the rows an expert gets on average
+    takes (a choice of speed only: every shape gives the same bits)."""
+    return kernel_shape(-(-pairs // experts), weight.bits, weight.group_size, columns)
+
+
 def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
-    """Each pair's rows of x (row pair // per_row) times its expert's rows of the stacked affine `weight`
+    """Each pair's row of x (row pair // per_row) times its expert's rows of the stacked affine `weight`
     ([experts * out, K]): [pairs, out], or SiLU(gate) * up [pairs, out / 2] where `gated`."""
+    words = grouped_shape(pairs, experts, weight, x.shape[1])[0]
+    quantized = launch_quantize(x, weight.bits, weight.group_size, words, x.shape[0], stream)
+    return grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream, gated)
+
+
+def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
+    """The second half of `grouped_gemm`: the grouped kernel on x's digits, exponents and S (`launch_quantize`,
+    laid out for `grouped_shape`), then the combine."""
+    digits, exponents, sums = quantized
     order, offsets = grouping
-    columns = x.shape[1]
+    columns, x_rows = digits.shape[2], digits.shape[1]
     out_features = weight.out_features // experts
-    # The shape is a choice of speed only (any shape gives the same bits): the rows an expert gets on average.
-    words, row_halves, tiles = kernel_shape(-(-pairs // experts), weight.bits, weight.group_size, columns)
+    words, row_halves, tiles = grouped_shape(pairs, experts, weight, columns)
     tile_rows = 8 * row_halves
     row_tiles = min(pairs, pairs // tile_rows + min(experts, pairs))  # sum of ceil(n_e / tile_rows), at most
-    digits, exponents, sums = launch_quantize(x, weight.bits, weight.group_size, words, x.shape[0], stream)
     chunks = -(-columns // CHUNK_COLUMNS)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
         (output_blocks(out_features, tiles), row_tiles, chunks), WARPS * 32, stream](
-        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x.shape[0], flat(weight.data),
+        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
         weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], partials, pairs,
         out_features, order, offsets, per_row)
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
