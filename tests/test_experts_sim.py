@@ -6,7 +6,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.contract.gemm import random_affine
-from tensorfold.contract.moe import AffineStack
+from tensorfold.contract.experts import AffineStack
 from tensorfold.cuda.experts import (
     expert_pairs,
     group_launch,
