@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tensorfold
-from tensorfold.cuda import moe
+from tensorfold.cuda import experts as grouped
 from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.rows import Window
@@ -60,7 +60,7 @@ def row_count_dependent(model, monkeypatch):
         return (x.astype(np.float64) @ weight.dense().T.astype(np.float64)).astype(np.float32)
 
     def routed(x, ids, experts):
-        return moe.routed_experts(x, ids, experts.gate_up_views, experts.down_views, grouped_linear)
+        return grouped.routed_experts(x, ids, experts.gate_up_views, experts.down_views, grouped_linear)
 
     monkeypatch.setattr(model.backend, "routed_experts", routed)
 

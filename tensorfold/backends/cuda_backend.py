@@ -14,6 +14,7 @@ from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
 from tensorfold.cuda import weights as stored  # the embedding kernels: weights read as stored
+from tensorfold.cuda.experts import routed_experts_launch
 from tensorfold.device import SIMULATED, graphs
 from tensorfold.errors import BackendError
 
@@ -211,7 +212,7 @@ class CudaBackend:
             if weight.kind != "affine":
                 raise BackendError(f"backend 'cuda': routed experts stored as {weight.kind} are not supported; load an "
                                    f"MLX 4- or 8-bit checkpoint, or use backend 'numpy'")
-        return moe.routed_experts_launch(x, ids, experts.gate_up, experts.down, stream=self.stream)
+        return routed_experts_launch(x, ids, experts.gate_up, experts.down, stream=self.stream)
 
     def moe_combine(self, routed, weights, shared, gate_logit):
         return moe.combine_launch(routed, weights, shared, gate_logit, stream=self.stream)

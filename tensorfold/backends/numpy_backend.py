@@ -11,6 +11,7 @@ from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, 
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
+from tensorfold.cuda.experts import routed_experts
 from tensorfold.device import graphs
 
 
@@ -107,8 +108,8 @@ class NumpyBackend:
     moe_combine = staticmethod(moe.combine)
 
     def routed_experts(self, x, ids, experts):
-        """The grouped twin: each expert's rows through this backend's `linear` together (moe.routed_experts)."""
-        return moe.routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear)
+        """The grouped twin: each expert's rows through this backend's `linear` together (experts.routed_experts)."""
+        return routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear)
 
     def side_by_side(self, count: int):
         """Lanes for work that runs once per window: on NumPy, one after another, as written."""

@@ -1,40 +1,18 @@
-"""The checks of moe.py: the router, the routed experts' grouped kernels (4- and 8-bit) and the weighted sum.
-
-The routed experts' twin runs each expert's rows together through the exact GEMM's twin (rows sorted by expert);
-the kernels give every (row, rank) pair and output its own thread. The controls plant what a grouped GEMM can get
-wrong: a row sent to the wrong expert, two experts' weights swapped, rows swapped; and in the weighted sum, the
-shared expert's gate left out."""
-import dataclasses
-
+"""The checks of moe.py: the router and the weighted sum (the routed experts between them: experts.py's checks).
+The controls plant two rows swapped, a row's top expert trading logits with its neighbour, the ranks' weights
+swapped, and the shared expert's gate left out."""
 import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.contract.gemm import random_affine
-from tensorfold.cuda.moe import (
-    affine_dot,
-    combine,
-    combine_kernel,
-    combine_launch,
-    expert_down_kernel,
-    expert_gate_up_kernel,
-    fixed_point_kernel,
-    route,
-    route_kernel,
-    route_launch,
-    routed_experts,
-    routed_experts_launch,
-)
+from tensorfold.cuda.moe import combine, combine_kernel, combine_launch, route, route_kernel, route_launch
 from tensorfold.device.grid import to_host
 
 # (rows, experts, k): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's router (256 experts, top 8) at
 # a decode round's rows and a prompt chunk's, and the 397B's (512, top 10)
 ROUTE_SIM = [(5, 8, 2), (3, 6, 3)]
 ROUTE_GPU = [(1, 256, 8), (16, 256, 8), (512, 256, 8), (7, 512, 10)]
-# (rows, experts, k, hidden, expert width)
-EXPERTS_SIM = [(5, 4, 2, 64, 64)]
-EXPERTS_GPU = [(1, 256, 8, 2048, 512), (16, 256, 8, 2048, 512), (128, 256, 8, 2048, 512)]
 
 
 def _route_cases(mode, rng):
@@ -58,87 +36,6 @@ def _top_experts_swapped(inputs):
     rows = np.arange(len(logits))
     logits[rows, best], logits[rows, other] = inputs["logits"][rows, other], inputs["logits"][rows, best]
     return {**inputs, "logits": logits}
-
-
-@dataclasses.dataclass
-class AffineStack:
-    """An affine weight as the kernels take it (the fields of a checkpoint Linear that they read)."""
-    data: np.ndarray
-    scales: np.ndarray
-    biases: np.ndarray
-    bits: int
-    group_size: int
-    kind: str = "affine"
-
-    @property
-    def out_features(self) -> int:
-        return len(self.data)
-
-    @property
-    def in_features(self) -> int:
-        return self.scales.shape[1] * self.group_size
-
-    def rows(self, start, stop):
-        return AffineStack(self.data[start:stop], self.scales[start:stop], self.biases[start:stop], self.bits,
-                           self.group_size)
-
-    def on_device(self):
-        return AffineStack(cuda.to_device(self.data), cuda.to_device(self.scales), cuda.to_device(self.biases),
-                           self.bits, self.group_size)
-
-
-def _experts_cases(bits):
-    def cases(mode, rng):
-        out = []
-        for rows, experts, k, hidden, width in EXPERTS_SIM if mode == "sim" else EXPERTS_GPU:
-            for group_size in (64, 32) if mode == "sim" else (64,):
-                gate_up = AffineStack(*random_affine(rng, experts * 2 * width, hidden, bits, group_size), bits,
-                                      group_size)
-                down = AffineStack(*random_affine(rng, experts * hidden, width, bits, group_size), bits, group_size)
-                x = (rng.normal(size=(rows, hidden)) * np.exp(rng.normal(size=(rows, 1)))).astype(np.float32)
-                ids = np.stack([rng.permutation(experts)[:k] for _ in range(rows)]).astype(np.int32)
-                ids[0, :2] = (0, 1)  # experts 0 and 1 in use, expert 0 by two rows where there are two
-                if rows > 1:
-                    ids[1, 0] = 0
-                out.append((f"{rows} rows, {experts} experts top {k}, {hidden}x{width}, groups of {group_size}",
-                            {"x": x, "ids": ids, "gate_up": gate_up, "down": down}))
-        return out
-    return cases
-
-
-def _per_expert(stack, experts):
-    size = stack.out_features // experts
-    return [stack.rows(e * size, (e + 1) * size) for e in range(experts)]
-
-
-def _experts_twin(x, ids, gate_up, down):
-    experts = down.out_features // x.shape[1]
-    return routed_experts(x, ids, _per_expert(gate_up, experts), _per_expert(down, experts))
-
-
-def _experts_launch(x, ids, gate_up, down):
-    return to_host(routed_experts_launch(cuda.to_device(x), cuda.to_device(ids), gate_up.on_device(),
-                                         down.on_device()))
-
-
-def _row_to_the_wrong_expert(inputs):
-    ids = inputs["ids"].copy()
-    experts = inputs["down"].out_features // inputs["x"].shape[1]
-    spare = [e for e in range(experts) if e not in ids[0]]
-    ids[0, 0] = spare[0]
-    return {**inputs, "ids": ids}
-
-
-def _experts_swapped(inputs):
-    """Experts 0 and 1 trade their gate/up and down weights."""
-    swapped = {}
-    for name in ("gate_up", "down"):
-        stack = inputs[name]
-        size = stack.out_features // (inputs["down"].out_features // inputs["x"].shape[1])
-        order = np.r_[size:2 * size, 0:size, 2 * size:stack.out_features]
-        swapped[name] = AffineStack(stack.data[order], stack.scales[order], stack.biases[order], stack.bits,
-                                    stack.group_size)
-    return {**inputs, **swapped}
 
 
 def _combine_cases(mode, rng):
@@ -166,17 +63,10 @@ def _ranks_swapped(inputs):
     return {**inputs, "weights": inputs["weights"][:, ::-1].copy()}
 
 
-EXPERT_KERNELS = (fixed_point_kernel, expert_gate_up_kernel, expert_down_kernel, affine_dot)
-EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
-                   "two experts' weights swapped": _experts_swapped, "two rows swapped": swap_rows("x")}
 CONTRACT = [
     KernelCheck("moe_route", route, _route_launch, _route_cases,
                 {"two rows swapped": swap_rows("logits"), "the top expert's logit swapped with its neighbour's":
                  _top_experts_swapped}, kernels=(route_kernel,)),
-    KernelCheck("moe_routed_experts4", _experts_twin, _experts_launch, _experts_cases(4), EXPERT_CONTROLS,
-                kernels=EXPERT_KERNELS),
-    KernelCheck("moe_routed_experts8", _experts_twin, _experts_launch, _experts_cases(8), EXPERT_CONTROLS,
-                kernels=EXPERT_KERNELS),
     KernelCheck("moe_combine", combine, _combine_launch, _combine_cases,
                 {"the shared expert's gate left out": _gate_left_out, "the ranks' weights swapped": _ranks_swapped,
                  "two rows swapped": swap_rows("shared")}, kernels=(combine_kernel,)),

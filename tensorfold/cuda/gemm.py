@@ -26,19 +26,21 @@ The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued flo
 sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the chunks and their groups.
 
 The kernels: `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, the function the twin calls too);
-`gemm_kernel` multiplies with `mma_s8u8` (ptx.py); `combine_kernel` finishes. A warp's tile is 8 outputs (the mma's
-columns) by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows
-g + 8 * rho, and gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in
-the lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination
-2 mu + xi. A step is one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers,
-`w & 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same
-order (`digit_position`: an integer sum does not care which column comes first, only that A and B agree). When a
-step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A row of
-their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once whatever
-their count; a prompt chunk takes 4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B
-register. A block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine
-adds them in chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up
-rows), each part whole for stacked projections (`output_index`).
+`tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight rows its
+caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
+`combine_kernel` finishes. A warp's tile is 8 outputs (the mma's columns) by the rows of 8 * `row_halves` rows: lane
+(g, t) feeds the weights of output g and the digits of rows g + 8 * rho, and gets back outputs 2t and 2t + 1 of
+every row and digit it fed, so the combination above stays in the lane. The mma's 16 A rows carry (row, digit,
+group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu + xi. A step is one load of `words` words of
+codes a lane; a word of eight 4-bit codes is two B registers, `w & 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the
+columns in even/odd order; x's digits are laid out in that same order (`digit_position`: an integer sum does not
+care which column comes first, only that A and B agree). When a step's columns cover several groups, lane t holds
+group t * halves / 4, and each group's digits go in an A row of their own (zero in the other lanes). A round's rows
+(up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk takes 4-byte loads (one
+group an mma) and several tiles of rows a warp, reusing each B register. A block works on one chunk of K (the grid's
+third axis) and writes its float64 partial sums; the combine adds them in chunk order and writes the float32
+outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for stacked projections
+(`output_index`).
 """
 import functools
 import math
@@ -211,9 +213,12 @@ def load_words(source, at, count, sixteen, target, first):
 
 
 @functools.cache
-def gemm_kernel(bits, group_size, words, row_halves, tiles):
-    """The GEMM kernel of a weight format (bits, group_size) for steps of `words` words of codes a lane, tiles of
-    8 * row_halves rows and `tiles` tiles of 8 outputs a warp: a block's float64 partial sums of one chunk of K."""
+def tile_products(bits, group_size, words, row_halves, tiles):
+    """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
+    of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
+    one chunk of K. The caller places the tile: lane (g, t) reads the digits of x rows x_rows[rho] (its rows
+    g + 8 rho) and writes partial sums row out_rows[rho] (none where negative); the weight's outputs start at row
+    `first_weight` of packed, scales and biases (an expert's, in a stack of experts)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -238,23 +243,24 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
         q = c // halves % LIMBS * row_halves + c // halves // LIMBS  # the digit row (l, rho) of a_words
         return a_words[q * lane_words + m * 2 + j]
 
-    @kernel
-    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-             out_features):
+    @cuda.jit(device=True)
+    def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+                 out_features, first_weight, x_rows, out_rows):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         g, t = lane >> 2, lane % 4
-        first_row, chunk = cuda.blockIdx.y * 8 * row_halves, cuda.blockIdx.z
+        chunk = cuda.blockIdx.z
         bases = cuda.local.array(tiles, np.int64)  # each tile's first output
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
         group_rows = cuda.local.array(group_slots, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
         for n in range(tiles):
             bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
-            weight_rows[n] = np.uint64(min(bases[n] + g, out_features - 1)) * np.uint64(width)
+            weight_rows[n] = np.uint64(first_weight + min(bases[n] + g, out_features - 1)) * np.uint64(width)
             for oo in range(2):
-                group_rows[n * 2 + oo] = np.uint64(min(bases[n] + 2 * t + oo, out_features - 1)) * np.uint64(groups)
+                output = first_weight + min(bases[n] + 2 * t + oo, out_features - 1)
+                group_rows[n * 2 + oo] = np.uint64(output) * np.uint64(groups)
         digit_rows = cuda.local.array(digit_slots, np.uint64)  # where lane's digits of (l, rho) start
         for q in range(LIMBS * row_halves):
-            row = first_row + g + 8 * (q % row_halves)
+            row = x_rows[q % row_halves]
             digit_rows[q] = np.uint64((q // row_halves * rows_pad + row) * (columns // 4) + t * lane_words)
         acc = cuda.local.array(accumulators, np.int32)
         partial = cuda.local.array(partial_slots, np.float64)
@@ -293,7 +299,7 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
                     first_group = s * span // group_size
                     for n in range(tiles):
                         for rho in range(row_halves):
-                            row = np.uint64((first_row + g + 8 * rho) * groups)
+                            row = np.uint64(x_rows[rho] * groups)
                             for h in range(halves):
                                 group = np.uint64(first_group + h)
                                 power = math.ldexp(1.0, int(exponents[row + group]) - P)
@@ -313,12 +319,32 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
                         acc[i] = 0
             for n in range(tiles):
                 for rho in range(row_halves):
-                    row = first_row + g + 8 * rho
+                    row = out_rows[rho]
                     for oo in range(2):
                         o = bases[n] + 2 * t + oo
-                        if row < rows and o < out_features:
+                        if row >= 0 and o < out_features:
                             at = (chunk * rows + row) * out_features + o
                             partials[np.uint64(at)] = partial[(n * row_halves + rho) * 2 + oo]
+
+    return products
+
+
+@functools.cache
+def gemm_kernel(bits, group_size, words, row_halves, tiles):
+    """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
+    rows of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
+    products = tile_products(bits, group_size, words, row_halves, tiles)
+
+    @kernel
+    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+             out_features):
+        x_rows = cuda.local.array(row_halves, np.int64)
+        out_rows = cuda.local.array(row_halves, np.int64)
+        for rho in range(row_halves):
+            x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
+            out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+                 out_features, 0, x_rows, out_rows)
 
     return gemm
 
@@ -395,18 +421,27 @@ def launch_products(quantized, rows, out_features, packed, scales, biases, bits,
     the combine."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
+    words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
+    chunks = -(-columns // CHUNK_COLUMNS)
+    partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
+    gemm_kernel(bits, group_size, words, row_halves, tiles)[
+        (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
+        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
+        flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
+    return launch_combine(partials, chunks, rows, out_features, stream, parts, gated)
+
+
+def output_blocks(out_features, tiles):
+    """Blocks of WARPS warps of `tiles` tiles of 8 outputs that cover out_features outputs."""
+    return -(-out_features // (8 * tiles * WARPS))
+
+
+def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
+    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
-    words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
-    chunks = -(-columns // CHUNK_COLUMNS)
-    warps = -(-out_features // (8 * tiles))
-    partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
-    gemm_kernel(bits, group_size, words, row_halves, tiles)[
-        (-(-warps // WARPS), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
-        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
-        flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
     count = out_features // 2 if gated else out_features
     y = cuda.device_array(rows * count, np.float32, stream=stream)
     combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)

@@ -1,35 +1,22 @@
-"""The sparse MoE block's own steps: the router, the routed experts as one grouped launch, and the weighted sum.
+"""The sparse MoE block's own steps around the routed experts (experts.py): the router and the weighted sum.
 
     route(logits, k)        p = softmax(logits) in float32; the k largest p, best first (ties: the lower expert);
                             weights w = p_chosen / sum(p_chosen)
-    routed_experts(x, ...)  y[r, n] = down_e(SiLU(gate_e(x[r])) * up_e(x[r])),  e = ids[r, n]
     combine(y, w, s, g)     out[r] = sum over n in rank order of w[r, n] * y[r, n], then + sigmoid(g[r]) * s[r]
 
 The router's sums run over the experts in increasing order, and every choice compares (p, expert) in one total
-order, so a row's choice is fixed by its logits alone. The softmax's exp is `exp32` (float64, rounded once).
-
-The routed experts are a grouped GEMM: the twin sorts the round's (row, rank) pairs by expert and runs each
-expert's rows through the exact integer GEMM (`gemm.gemm_affine`, or any row-independent `linear`), the kernels
-give every (pair, output) a thread that reads its expert from `ids` on the device (no copy to the host, so a
-decode round with experts can be recorded as a CUDA graph). A row's output depends only on that row and its
-expert: the sums are exact integers, in any order, combined in float64 group by group and chunk by chunk of K in
-increasing order (the arithmetic of gemm.py's docstring), so which other rows share an expert, and how many, cannot change a bit.
+order, so a row's choice is fixed by its logits alone. The softmax's exp is `exp32` (float64, rounded once). The
+ids stay on the device for the routed experts' grouped GEMM (experts.py), y [rows, k, hidden] its output.
 
 The weighted sum is `fma32` (float64, rounded once) rank by rank, the highest weight first, then the shared
 expert's output times its gate.
 
-Mappings: `route_kernel` one thread a row; `fixed_point_kernel` one thread a (row, group); `expert_gate_up_kernel`
-one thread a (pair, intermediate output), `expert_down_kernel` one a (pair, hidden output); `combine_kernel` one a
-(row, hidden output).
+Mappings: `route_kernel` one thread a row; `combine_kernel` one thread a (row, hidden output).
 """
-import math
-
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin, silu32
-from tensorfold.cuda.gemm import CHUNK_COLUMNS, P, fixed_point, gemm_affine
-from tensorfold.cuda.gemv import swiglu
+from tensorfold.cuda.fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
@@ -52,32 +39,6 @@ def route(logits, k):
     for n in range(k):
         chosen_total = chosen_total + chosen[:, n]
     return ids, chosen / chosen_total[:, None]
-
-
-def expert_pairs(ids, experts: int) -> list:
-    """For each expert, the (row, rank) pairs that chose it, as flat indices row * k + rank, in increasing order."""
-    flat = np.asarray(ids).reshape(-1)
-    order = np.argsort(flat, kind="stable")
-    bounds = np.searchsorted(flat[order], np.arange(experts + 1))
-    return [order[bounds[e]:bounds[e + 1]] for e in range(experts)]
-
-
-def affine_linear(x, weight):
-    """`gemm_affine` for an affine Linear: the routed experts' `linear` when no backend supplies one."""
-    return gemm_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
-
-
-def routed_experts(x, ids, gate_up, down, linear=affine_linear):
-    """y float32 [rows, k, hidden]: for every (row, rank) pair, its expert's SwiGLU of x [rows, hidden]. `gate_up`
-    and `down` are each expert's Linears (gate rows then up rows [2 I, hidden]; [hidden, I]); each expert's pairs
-    run through `linear` together, as one GEMM over its rows (rows sorted by expert)."""
-    rows, k = np.shape(ids)
-    hidden = np.shape(x)[1]
-    y = np.zeros((rows * k, hidden), np.float32)
-    for e, pairs in enumerate(expert_pairs(ids, len(gate_up))):
-        if len(pairs):
-            y[pairs] = linear(swiglu(linear(x[pairs // k], gate_up[e])), down[e])
-    return y.reshape(rows, k, hidden)
 
 
 def combine(routed, weights, shared, gate_logit):
@@ -118,72 +79,6 @@ def route_kernel(logits, k, ids, weights):
 
 
 @kernel
-def fixed_point_kernel(x, group_size, X, exponents, sums):
-    """x's fixed point per row and group, as gemm.quantize_x computes it: X int32, e and S int32 [rows, groups]."""
-    i = cuda.grid(1)
-    groups = exponents.shape[1]
-    row, group = i // groups, i % groups
-    if row < x.shape[0]:
-        largest = np.float32(0)
-        for c in range(group * group_size, (group + 1) * group_size):
-            largest = max(largest, abs(x[row, c]))
-        e = math.frexp(np.float64(largest))[1]
-        scale = math.ldexp(1.0, P - e)
-        total = 0
-        for c in range(group * group_size, (group + 1) * group_size):
-            value = fixed_point(x[row, c], scale)[0]
-            X[row, c] = value
-            total += value
-        exponents[row, group], sums[row, group] = e, total
-
-
-@cuda.jit(device=True)
-def affine_dot(X, exponents, sums, row, packed, scales, biases, weight_row, bits, group_size):
-    """One output of the exact GEMM: weight row `weight_row` against x's row `row` (fixed point), in float64."""
-    per_word, mask = 32 // bits, np.uint32((1 << bits) - 1)
-    groups = exponents.shape[1]
-    acc, partial = 0.0, 0.0
-    for g in range(groups):
-        D = 0
-        for c in range(g * group_size, (g + 1) * group_size):
-            code = (packed[weight_row, c // per_word] >> np.uint32(bits * (c % per_word))) & mask
-            D += np.int64(code) * np.int64(X[row, c])
-        t = np.float64(scales[weight_row, g]) * np.float64(D) + np.float64(biases[weight_row, g]) * np.float64(
-            sums[row, g])
-        partial += t * math.ldexp(1.0, int(exponents[row, g]) - P)  # the groups in increasing order
-        if (g + 1) * group_size % CHUNK_COLUMNS == 0 or g == groups - 1:  # a chunk's partial sum, added in order
-            acc, partial = acc + partial, 0.0
-    return acc
-
-
-@kernel
-def expert_gate_up_kernel(X, exponents, sums, ids, packed, scales, biases, bits, group_size, out):
-    i = cuda.grid(1)
-    width = out.shape[1]
-    pair, o = i // width, i % width
-    if pair < out.shape[0]:
-        k = ids.shape[1]
-        first = ids[pair // k, pair % k] * 2 * width  # the expert's gate rows, then its up rows
-        gate = np.float32(affine_dot(X, exponents, sums, pair // k, packed, scales, biases, first + o, bits,
-                                     group_size))
-        up = np.float32(affine_dot(X, exponents, sums, pair // k, packed, scales, biases, first + width + o, bits,
-                                   group_size))
-        out[pair, o] = silu32(gate) * up
-
-
-@kernel
-def expert_down_kernel(X, exponents, sums, ids, packed, scales, biases, bits, group_size, out):
-    i = cuda.grid(1)
-    hidden = out.shape[1]
-    pair, o = i // hidden, i % hidden
-    if pair < out.shape[0]:
-        k = ids.shape[1]
-        row = ids[pair // k, pair % k] * hidden + o
-        out[pair, o] = np.float32(affine_dot(X, exponents, sums, pair, packed, scales, biases, row, bits,
-                                             group_size))
-
-
-@kernel
 def combine_kernel(routed, weights, shared, gate_logit, out):
     i = cuda.grid(1)
     hidden = out.shape[1]
@@ -204,32 +99,6 @@ def route_launch(logits, k, stream=0):
     weights = cuda.device_array((rows, k), np.float32, stream=stream)
     route_kernel[blocks_for(rows), BLOCK, stream](logits, k, ids, weights)
     return ids, weights
-
-
-def fixed_point_launch(x, group_size, stream=0):
-    """x's fixed point on the device: X int32 [rows, K], exponents and sums int32 [rows, K / group_size]."""
-    rows, columns = x.shape
-    X = cuda.device_array((rows, columns), np.int32, stream=stream)
-    exponents = cuda.device_array((rows, columns // group_size), np.int32, stream=stream)
-    sums = cuda.device_array((rows, columns // group_size), np.int32, stream=stream)
-    fixed_point_kernel[blocks_for(rows * (columns // group_size)), BLOCK, stream](x, group_size, X, exponents, sums)
-    return X, exponents, sums
-
-
-def routed_experts_launch(x, ids, gate_up, down, stream=0):
-    """`routed_experts` on the device for affine expert stacks (one Linear each: gate_up [E * 2 I, hidden], down
-    [E * hidden, I]): y [rows, k, hidden]."""
-    rows, k = ids.shape
-    hidden, width = x.shape[1], down.in_features
-    fixed = fixed_point_launch(x, gate_up.group_size, stream)
-    h = cuda.device_array((rows * k, width), np.float32, stream=stream)
-    expert_gate_up_kernel[blocks_for(rows * k * width), BLOCK, stream](
-        *fixed, ids, gate_up.data, gate_up.scales, gate_up.biases, gate_up.bits, gate_up.group_size, h)
-    fixed = fixed_point_launch(h, down.group_size, stream)
-    y = cuda.device_array((rows * k, hidden), np.float32, stream=stream)
-    expert_down_kernel[blocks_for(rows * k * hidden), BLOCK, stream](
-        *fixed, ids, down.data, down.scales, down.biases, down.bits, down.group_size, y)
-    return y.reshape(rows, k, hidden)
 
 
 def combine_launch(routed, weights, shared, gate_logit, stream=0):

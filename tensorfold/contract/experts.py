@@ -1,0 +1,155 @@
+"""The checks of experts.py: the grouping of a round's (row, rank) pairs by expert on the device, and the routed
+experts' grouped GEMM on the tensor cores (4- and 8-bit).
+
+The routed experts' twin runs each expert's rows together through the exact GEMM's twin (rows sorted by expert);
+the kernels sort the pairs on the device and run the grouped GEMM. The controls plant what a grouped GEMM can get
+wrong: a row sent to the wrong expert, two experts' weights swapped, rows swapped; and in the grouping, a pair
+counted in the wrong expert and pairs in the wrong order."""
+import dataclasses
+
+import numpy as np
+from numba import cuda
+
+from tensorfold.contract import KernelCheck
+from tensorfold.contract.controls import swap_rows
+from tensorfold.contract.gemm import random_affine
+from tensorfold.cuda.experts import (
+    expert_pairs,
+    expert_tile,
+    group_kernel,
+    group_launch,
+    grouped_kernel,
+    routed_experts,
+    routed_experts_launch,
+)
+from tensorfold.cuda.gemm import combine_kernel, quantize_kernel, tile_products
+from tensorfold.device.grid import to_host
+
+# (rows, experts, k, hidden, expert width): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's experts at
+# a decode round's rows, and at prompt chunks'
+EXPERTS_SIM = [(5, 4, 2, 64, 64)]
+EXPERTS_GPU = [(1, 256, 8, 2048, 512), (16, 256, 8, 2048, 512), (128, 256, 8, 2048, 512), (512, 256, 8, 2048, 512)]
+# (rows, k, experts) of the grouping: under the simulator experts left unused and an expert taken by half the rows
+GROUPS_SIM = [(5, 2, 4), (3, 3, 8), (9, 1, 2)]
+GROUPS_GPU = [(1, 8, 256), (16, 8, 256), (512, 8, 256), (7, 10, 512)]
+
+
+def _groups_cases(mode, rng):
+    out = []
+    for rows, k, experts in GROUPS_SIM if mode == "sim" else GROUPS_GPU:
+        ids = np.stack([rng.permutation(experts)[:k] for _ in range(rows)]).astype(np.int32)
+        ids[:rows // 2, 0] = 0  # one expert taken by half the rows
+        out.append((f"{rows} rows top {k} of {experts} experts", {"ids": ids, "experts": experts}))
+    return out
+
+
+def _groups_twin(ids, experts):
+    """`expert_pairs` as the kernel writes it: the pairs in one list, and where each expert's start."""
+    pairs = expert_pairs(ids, experts)
+    return np.concatenate(pairs).astype(np.int32), np.cumsum([0] + [len(p) for p in pairs]).astype(np.int32)
+
+
+def _groups_launch(ids, experts):
+    return to_host(group_launch(cuda.to_device(ids), experts))
+
+
+def _pair_to_another_expert(inputs):
+    ids = inputs["ids"].copy()
+    spare = [e for e in range(inputs["experts"]) if e not in ids[0]]
+    ids[0, -1] = spare[0]
+    return {**inputs, "ids": ids}
+
+
+@dataclasses.dataclass
+class AffineStack:
+    """An affine weight as the kernels take it (the fields of a checkpoint Linear that they read)."""
+    data: np.ndarray
+    scales: np.ndarray
+    biases: np.ndarray
+    bits: int
+    group_size: int
+    kind: str = "affine"
+
+    @property
+    def out_features(self) -> int:
+        return len(self.data)
+
+    @property
+    def in_features(self) -> int:
+        return self.scales.shape[1] * self.group_size
+
+    def rows(self, start, stop):
+        return AffineStack(self.data[start:stop], self.scales[start:stop], self.biases[start:stop], self.bits,
+                           self.group_size)
+
+    def on_device(self):
+        return AffineStack(cuda.to_device(self.data), cuda.to_device(self.scales), cuda.to_device(self.biases),
+                           self.bits, self.group_size)
+
+
+def _experts_cases(bits):
+    def cases(mode, rng):
+        out = []
+        for rows, experts, k, hidden, width in EXPERTS_SIM if mode == "sim" else EXPERTS_GPU:
+            for group_size in (64, 32) if mode == "sim" else (64,):
+                gate_up = AffineStack(*random_affine(rng, experts * 2 * width, hidden, bits, group_size), bits,
+                                      group_size)
+                down = AffineStack(*random_affine(rng, experts * hidden, width, bits, group_size), bits, group_size)
+                x = (rng.normal(size=(rows, hidden)) * np.exp(rng.normal(size=(rows, 1)))).astype(np.float32)
+                ids = np.stack([rng.permutation(experts)[:k] for _ in range(rows)]).astype(np.int32)
+                ids[0, :2] = (0, 1)  # experts 0 and 1 in use, expert 0 by two rows where there are two
+                if rows > 1:
+                    ids[1, 0] = 0
+                out.append((f"{rows} rows, {experts} experts top {k}, {hidden}x{width}, groups of {group_size}",
+                            {"x": x, "ids": ids, "gate_up": gate_up, "down": down}))
+        return out
+    return cases
+
+
+def _per_expert(stack, experts):
+    size = stack.out_features // experts
+    return [stack.rows(e * size, (e + 1) * size) for e in range(experts)]
+
+
+def _experts_twin(x, ids, gate_up, down):
+    experts = down.out_features // x.shape[1]
+    return routed_experts(x, ids, _per_expert(gate_up, experts), _per_expert(down, experts))
+
+
+def _experts_launch(x, ids, gate_up, down):
+    return to_host(routed_experts_launch(cuda.to_device(x), cuda.to_device(ids), gate_up.on_device(),
+                                         down.on_device()))
+
+
+def _row_to_the_wrong_expert(inputs):
+    ids = inputs["ids"].copy()
+    experts = inputs["down"].out_features // inputs["x"].shape[1]
+    spare = [e for e in range(experts) if e not in ids[0]]
+    ids[0, 0] = spare[0]
+    return {**inputs, "ids": ids}
+
+
+def _experts_swapped(inputs):
+    """Experts 0 and 1 trade their gate/up and down weights."""
+    swapped = {}
+    for name in ("gate_up", "down"):
+        stack = inputs[name]
+        size = stack.out_features // (inputs["down"].out_features // inputs["x"].shape[1])
+        order = np.r_[size:2 * size, 0:size, 2 * size:stack.out_features]
+        swapped[name] = AffineStack(stack.data[order], stack.scales[order], stack.biases[order], stack.bits,
+                                    stack.group_size)
+    return {**inputs, **swapped}
+
+
+EXPERT_KERNELS = (group_kernel, grouped_kernel, expert_tile, tile_products, quantize_kernel, combine_kernel)
+EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
+                   "two experts' weights swapped": _experts_swapped, "two rows swapped": swap_rows("x")}
+CONTRACT = [
+    KernelCheck("moe_expert_groups", _groups_twin, _groups_launch, _groups_cases,
+                {"a pair counted in another expert": _pair_to_another_expert, "two rows swapped": swap_rows("ids")},
+                kernels=(group_kernel,)),
+    KernelCheck("moe_routed_experts4", _experts_twin, _experts_launch, _experts_cases(4), EXPERT_CONTROLS,
+                kernels=EXPERT_KERNELS),
+    KernelCheck("moe_routed_experts8", _experts_twin, _experts_launch, _experts_cases(8), EXPERT_CONTROLS,
+                kernels=EXPERT_KERNELS),
+]

@@ -1,0 +1,190 @@
+"""The MoE block's routed experts: a grouped exact integer GEMM on the tensor cores.
+
+    routed_experts(x, ids, gate_up, down)   y[r, n] = down_e(SiLU(gate_e(x[r])) * up_e(x[r])),  e = ids[r, n]
+
+The round's (row, rank) pairs, flat index p = row * k + rank, are grouped by expert: a counting sort puts them in
+expert order, and in increasing p within an expert (`expert_pairs`). Each expert's rows are then multiplied by that
+expert's weights in the exact integer GEMM of gemm.py (its arithmetic, its tile machinery): the sums are exact
+integers combined in float64 group by group and chunk by chunk of K in an order fixed by K alone, so a row's
+output depends only on that row and its expert, never on which rows share the expert or how many.
+
+The twin sorts the pairs with NumPy and runs each expert's rows through `gemm.gemm_affine` (or any row-independent
+`linear`). The kernels keep the expert ids on the device (no copy to the host, so a decode round with experts can
+be recorded as a CUDA graph): `group_kernel` sorts the pairs on the device, and the GEMM's grid is sized for the
+worst case, its blocks finding their expert and rows from the sort (a block past the round's last tile returns).
+
+Mappings: `group_kernel` one thread a pair (its place in the sorted order, by counting the pairs before it) and one
+an expert (its first place); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an
+expert's sorted pairs, chunk of K), each warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows
+of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up
+for gate/up, one thread a (pair, output).
+"""
+import functools
+
+import numpy as np
+from numba import cuda
+
+from tensorfold.cuda.gemm import (
+    CHUNK_COLUMNS,
+    WARPS,
+    gemm_affine,
+    kernel_shape,
+    launch_combine,
+    launch_quantize,
+    output_blocks,
+    tile_products,
+)
+from tensorfold.cuda.gemv import swiglu
+from tensorfold.device.grid import BLOCK, blocks_for, flat
+from tensorfold.device.launch import kernel
+
+# --- the twins ----------------------------------------------------------------------------------------------------
+
+
+def expert_pairs(ids, experts: int) -> list:
+    """For each expert, the (row, rank) pairs that chose it, as flat indices row * k + rank, in increasing order."""
+    flat_ids = np.asarray(ids).reshape(-1)
+    order = np.argsort(flat_ids, kind="stable")
+    bounds = np.searchsorted(flat_ids[order], np.arange(experts + 1))
+    return [order[bounds[e]:bounds[e + 1]] for e in range(experts)]
+
+
+def affine_linear(x, weight):
+    """`gemm_affine` for an affine Linear: the routed experts' `linear` when no backend supplies one."""
+    return gemm_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
+
+
+def routed_experts(x, ids, gate_up, down, linear=affine_linear):
+    """y float32 [rows, k, hidden]: for every (row, rank) pair, its expert's SwiGLU of x [rows, hidden]. `gate_up`
+    and `down` are each expert's Linears (gate rows then up rows [2 I, hidden]; [hidden, I]); each expert's pairs
+    run through `linear` together, as one GEMM over its rows (rows sorted by expert)."""
+    rows, k = np.shape(ids)
+    hidden = np.shape(x)[1]
+    y = np.zeros((rows * k, hidden), np.float32)
+    for e, pairs in enumerate(expert_pairs(ids, len(gate_up))):
+        if len(pairs):
+            y[pairs] = linear(swiglu(linear(x[pairs // k], gate_up[e])), down[e])
+    return y.reshape(rows, k, hidden)
+
+
+# --- the kernels --------------------------------------------------------------------------------------------------
+
+@kernel
+def group_kernel(ids, order, offsets):
+    """`expert_pairs` on the device, as one sorted list: order [pairs] the flat pairs by expert, then by p; offsets
+    [experts + 1] where each expert's pairs start (and the end). No atomics: each place is a count, so the order
+    is fixed."""
+    i = cuda.grid(1)
+    k = ids.shape[1]
+    pairs = ids.shape[0] * k
+    if i < pairs:  # pair i goes after every pair of a lower expert and the earlier pairs of its own
+        mine, place = ids[i // k, i % k], 0
+        for p in range(pairs):
+            e = ids[p // k, p % k]
+            if e < mine or (e == mine and p < i):
+                place += 1
+        order[place] = i
+    if i < offsets.shape[0]:  # expert i's pairs start after those of every lower expert
+        before = 0
+        for p in range(pairs):
+            if ids[p // k, p % k] < i:
+                before += 1
+        offsets[i] = before
+
+
+@cuda.jit(device=True)
+def expert_tile(offsets, tile, tile_rows):
+    """(expert, its first place in the order) of row tile `tile`: each expert's pairs in tiles of `tile_rows`, the
+    experts' tiles in expert order; (-1, 0) past the last tile."""
+    start = 0
+    for e in range(offsets.shape[0] - 1):
+        count = (offsets[e + 1] - offsets[e] + tile_rows - 1) // tile_rows
+        if tile < start + count:
+            return e, offsets[e] + (tile - start) * tile_rows
+        start += count
+    return -1, 0
+
+
+@functools.cache
+def grouped_kernel(bits, group_size, words, row_halves, tiles):
+    """The grouped GEMM kernel: block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, row tile y of
+    the sorted pairs (`expert_tile`), chunk z of K. A lane's row g + 8 rho is the pair at that place: it reads x row
+    pair // per_row (k for gate/up, whose x is a row per token; 1 for down, a row per pair) and writes partial sums
+    row pair; a place past its expert's last pair reads that pair's row and writes nothing."""
+    products = tile_products(bits, group_size, words, row_halves, tiles)
+    tile_rows = 8 * row_halves
+
+    @kernel
+    def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
+                out_features, order, offsets, per_row):
+        expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
+        if expert < 0:  # the grid is sized for the worst case: this tile holds no pairs this round
+            return
+        end = offsets[expert + 1]
+        x_rows = cuda.local.array(row_halves, np.int64)
+        out_rows = cuda.local.array(row_halves, np.int64)
+        for rho in range(row_halves):
+            place = first + cuda.threadIdx.x % 32 // 4 + 8 * rho
+            pair = order[min(place, end - 1)]
+            x_rows[rho] = pair // per_row
+            out_rows[rho] = pair if place < end else -1
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
+                 out_features, expert * out_features, x_rows, out_rows)
+
+    return grouped
+
+
+# --- launchers ----------------------------------------------------------------------------------------------------
+
+def group_launch(ids, experts, stream=0):
+    """`group_kernel` on device ids [rows, k]: (order [pairs], offsets [experts + 1]) on the device."""
+    pairs = ids.shape[0] * ids.shape[1]
+    order = cuda.device_array(pairs, np.int32, stream=stream)
+    offsets = cuda.device_array(experts + 1, np.int32, stream=stream)
+    group_kernel[blocks_for(max(pairs, experts + 1)), BLOCK, stream](ids, order, offsets)
+    return order, offsets
+
+
+def grouped_shape(pairs, experts, weight, columns):
+    """(words, row halves, tiles) of the grouped kernel: the shape a GEMM of the rows an expert gets on average
+    takes (a choice of speed only: every shape gives the same bits)."""
+    return kernel_shape(-(-pairs // experts), weight.bits, weight.group_size, columns)
+
+
+def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
+    """Each pair's row of x (row pair // per_row) times its expert's rows of the stacked affine `weight`
+    ([experts * out, K]): [pairs, out], or SiLU(gate) * up [pairs, out / 2] where `gated`."""
+    words = grouped_shape(pairs, experts, weight, x.shape[1])[0]
+    quantized = launch_quantize(x, weight.bits, weight.group_size, words, x.shape[0], stream)
+    return grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream, gated)
+
+
+def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
+    """The second half of `grouped_gemm`: the grouped kernel on x's digits, exponents and S (`launch_quantize`,
+    laid out for `grouped_shape`), then the combine."""
+    digits, exponents, sums = quantized
+    order, offsets = grouping
+    columns, x_rows = digits.shape[2], digits.shape[1]
+    out_features = weight.out_features // experts
+    words, row_halves, tiles = grouped_shape(pairs, experts, weight, columns)
+    tile_rows = 8 * row_halves
+    row_tiles = min(pairs, pairs // tile_rows + min(experts, pairs))  # sum of ceil(n_e / tile_rows), at most
+    chunks = -(-columns // CHUNK_COLUMNS)
+    partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
+    grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
+        (output_blocks(out_features, tiles), row_tiles, chunks), WARPS * 32, stream](
+        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
+        weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], partials, pairs,
+        out_features, order, offsets, per_row)
+    return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
+
+
+def routed_experts_launch(x, ids, gate_up, down, stream=0):
+    """`routed_experts` on the device for affine expert stacks (one Linear each: gate_up [E * 2 I, hidden], down
+    [E * hidden, I]): y [rows, k, hidden]."""
+    rows, k = ids.shape
+    hidden, pairs = x.shape[1], rows * k
+    experts = down.out_features // hidden
+    grouping = group_launch(ids, experts, stream)
+    h = grouped_gemm(x, k, grouping, pairs, gate_up, experts, stream, gated=True)
+    return grouped_gemm(h, 1, grouping, pairs, down, experts, stream).reshape(rows, k, hidden)
