@@ -91,7 +91,7 @@ def _experts_cases(bits):
     def cases(mode, rng):
         out = []
         for rows, experts, k, hidden, width in EXPERTS_SIM if mode == "sim" else EXPERTS_GPU:
-            for group_size in (64, 32) if mode == "sim" else (64,):
+            for group_size in ((64,) if bits == 4 else (32,)) if mode == "sim" else (64,):
                 gate_up = AffineStack(*random_affine(rng, experts * 2 * width, hidden, bits, group_size), bits,
                                       group_size)
                 down = AffineStack(*random_affine(rng, experts * hidden, width, bits, group_size), bits, group_size)
