@@ -38,15 +38,19 @@ def graph_model(request, on_gpu, tmp_path_factory):
 PROMPTS = ([5, 17, 99, 3, 42, 7], [250, 8, 61])
 
 
+def prompted(model) -> tuple:
+    """Each prompt but its last token fed to a stream of its own: (the states, each prompt's last token)."""
+    states = [model.net.new_state(max_rows=64) for _ in PROMPTS]
+    model.net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
+    for state, prompt in zip(states, PROMPTS):
+        state.keep(len(prompt) - 1, write_back=True)
+    return states, [p[-1] for p in PROMPTS]
+
+
 def decode(model, rounds: int, graphs: DecodeGraphs | None) -> list:
     """Feed each prompt, then `rounds` decode rounds of both streams together (each fed its own greedy token);
     returns the logits bytes of every round, stream by stream."""
-    net = model.net
-    states = [net.new_state(max_rows=64) for _ in PROMPTS]
-    net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
-    for state, prompt in zip(states, PROMPTS):
-        state.keep(len(prompt) - 1, write_back=True)
-    tokens = [p[-1] for p in PROMPTS]
+    net, (states, tokens) = model.net, prompted(model)
     seen = []
     for _ in range(rounds):
         windows = [Window(state, [token]) for state, token in zip(states, tokens)]
@@ -161,12 +165,7 @@ def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: 
     2-row chain, stream 1's its greedy token and three made-up rows in round n's tree; then each keeps the rows KEEPS
     says. Returns the logits and tapped features bytes of every round, stream by stream; with `held`, appends the
     tapped feature arrays of each round to it."""
-    net = model.net
-    states = [net.new_state(max_rows=64) for _ in PROMPTS]
-    net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
-    for state, prompt in zip(states, PROMPTS):
-        state.keep(len(prompt) - 1, write_back=True)
-    tokens = [p[-1] for p in PROMPTS]
+    net, (states, tokens) = model.net, prompted(model)
     seen = []
     for tree, (chain_keep, path) in list(zip(TREES, KEEPS))[:rounds]:
         windows = [Window(states[0], [tokens[0], (tokens[0] + 1) % 200, (tokens[0] + 2) % 200]),
