@@ -37,17 +37,20 @@ def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None =
 
 
 def auto_drafter(model) -> str:
-    """What "auto" stands for with `model`: a drafter only where a drafted round costs about what an undrafted one
-    does, so the tokens it adds come almost free (docs/drafting.rst says why, docs/performance.rst measures it).
+    """What "auto" stands for with `model`: a drafter only where a drafted round is cheap enough to repay itself
+    (docs/performance.rst, "Drafting", measures each case).
 
-    * On a GPU, a drafted round runs the way an undrafted one does: with CUDA graphs on (the default there) both
-      replay from recordings (tensorfold/model/replay.py: windows of up to MAX_ROWS rows, the engine's decode row
-      and max_draft guesses), and with graphs off (TENSORFOLD_GRAPHS=0) both run eagerly, a launch at a time. Either
-      way a round costs about as much with 16 rows as with one: the model's own block drafter when its folder has
-      one (`drafter/` beside the weights), else "ngram".
+    * On a GPU with CUDA graphs off (TENSORFOLD_GRAPHS=0) every round runs eagerly, a launch at a time, and costs
+      about as much with 16 rows as with one: the model's own block drafter when its folder has one (`drafter/`
+      beside the weights), else "ngram".
+    * On a GPU with graphs on (the default there), "none": drafted rounds replay too, but the block drafter's
+      proposal and the keep after the walk still run eagerly, and a window shape not seen before costs a recording,
+      so a drafted round still costs more than the tokens it adds.
     * On the numpy backend, which cannot record, "none": a round costs in proportion to its rows, so the rows a
       draft adds cost more than the tokens they save."""
-    if model is None or not model.backend.can_record:
+    from tensorfold.model.replay import replays_decode_rounds
+    if model is None or not model.backend.can_record or replays_decode_rounds(model.backend):
         return "none"
     own = os.path.join(model.path, "drafter")
     return own if os.path.isfile(os.path.join(own, "config.json")) else "ngram"
+
