@@ -220,10 +220,13 @@ def test_control_a_recording_keyed_without_the_parents_is_caught(graph_model, ea
     assert graphs.recorded == 1 and got[:2] == eager_drafted[:2] and got[2] != eager_drafted[2]
 
 
-def test_control_a_tree_reading_the_recorded_length_is_caught(graph_model, eager_drafted, on_gpu, monkeypatch):
+def test_control_a_tree_reading_the_recorded_length_is_caught(graph_model, on_gpu, monkeypatch):
     """Control: a replay whose trees read the stream lengths of the recording (as a length passed from the host
-    would be) reads the wrong keys: past the tree's maps for its deepest row, which the simulator refuses (a GPU
-    reads whatever lies there, and the bits differ)."""
+    would be) reads the wrong keys: past the tree's maps for its deepest row, which the simulator refuses. On a GPU
+    that read is out of bounds, which can leave the CUDA context unusable for every later test of the process, so
+    this control runs in the simulator only."""
+    if on_gpu:
+        pytest.skip("the planted fault reads out of bounds: on a GPU it would poison the process's CUDA context")
     graphs = DecodeGraphs(graph_model.net)
     original, recorded_lengths = graphs.write_integers, {}
 
@@ -232,12 +235,8 @@ def test_control_a_tree_reading_the_recorded_length_is_caught(graph_model, eager
         committed = recorded.integers[-1]  # the table's last row: each row's stream length
         committed[...] = recorded_lengths.setdefault(id(recorded), np.array(committed))
     monkeypatch.setattr(graphs, "write_integers", lengths_kept)
-    if not on_gpu:
-        with pytest.raises(IndexError, match="out of bounds"):
-            drafted(graph_model, graphs, rounds=2)
-        return
-    got = drafted(graph_model, graphs, rounds=2)
-    assert got[0] == eager_drafted[0] and got[1] != eager_drafted[1]
+    with pytest.raises(IndexError, match="out of bounds"):
+        drafted(graph_model, graphs, rounds=2)
 
 
 def test_control_a_drafted_scan_over_the_stored_state_is_caught(graph_model, eager_drafted, monkeypatch):
