@@ -108,18 +108,19 @@ def run(model, prompts, params, parallel=4, drafter=None, chunk=128):
 
 
 class OracleDrafter(Drafter):
-    """Proposes each stream's known continuation with every fifth guess wrong: drafts of every length get
-    accepted in full, in part and not at all, so every kind of keep runs."""
+    """Proposes each stream's known continuation with every `wrong_every`-th guess wrong: drafts of every length
+    get accepted in full, in part and not at all, so every kind of keep runs."""
 
-    def __init__(self, prompts, outputs):
+    def __init__(self, prompts, outputs, wrong_every=5):
         self.known = {tuple(p): o for p, o in zip(prompts, outputs)}
+        self.wrong_every = wrong_every
 
     def propose(self, tokens, max_rows, state=None):
         for prompt, output in self.known.items():
             if tuple(tokens[:len(prompt)]) == prompt:
                 done = len(tokens) - len(prompt)
                 guess = list(output[done:done + max_rows])
-                return [t if (done + i) % 5 else (t + 1) % 500 for i, t in enumerate(guess)]
+                return [t if (done + i) % self.wrong_every else (t + 1) % 500 for i, t in enumerate(guess)]
         return []
 
 

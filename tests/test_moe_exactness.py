@@ -16,6 +16,7 @@ from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.rows import Window
 from tensorfold.model.tiny import TINY_MOE_CONFIG, make_tiny
+from test_lanes import OracleDrafter  # every fourth guess wrong here
 
 
 def sha(ids):
@@ -107,20 +108,6 @@ def test_moe_window_beside_a_long_stream_equals_one_row_steps(model, rows):
     assert host(model, got).tobytes() == expected[20:].tobytes()
 
 
-class OracleDrafter(Drafter):
-    """Proposes each stream's known continuation with every fourth guess wrong: full, partial and no keeps."""
-
-    def __init__(self, prompts, outputs):
-        self.known = {tuple(p): o for p, o in zip(prompts, outputs)}
-
-    def propose(self, tokens, max_rows, state=None):
-        for prompt, output in self.known.items():
-            if tuple(tokens[:len(prompt)]) == prompt:
-                done = len(tokens) - len(prompt)
-                return [t if (done + i) % 4 else (t + 1) % 500 for i, t in enumerate(output[done:done + max_rows])]
-        return []
-
-
 PROMPTS = ["ROMEO:\n", "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto the breach", "HAMLET:\nTo be"]
 
 
@@ -137,7 +124,7 @@ def test_moe_drafted_equals_undrafted_and_concurrent_equals_solo(model, sampling
     prompts = [model.tokenizer.encode(p) for p in PROMPTS]
     solo = [model.generate(p, 24, stop_ids=(), **sampling) for p in prompts]
     params = SamplingParams(max_tokens=24, stop_ids=(), **sampling)
-    oracle = OracleDrafter(prompts, solo)
+    oracle = OracleDrafter(prompts, solo, wrong_every=4)
     for drafter in (Drafter(), NgramDrafter(), oracle):
         requests = run(model, prompts, params, parallel=4, drafter=drafter)
         assert [sha(r.output) for r in requests] == [sha(o) for o in solo], drafter.name

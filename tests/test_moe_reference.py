@@ -7,8 +7,7 @@ import pytest
 
 import tensorfold
 from tensorfold.model.tiny import TINY_MOE_CONFIG, make_tiny
-from tensorfold.model.writer import dense_tensors, write_checkpoint
-from test_reference import relative_error  # the dense reference tests' measure
+from test_reference import assert_matches_dequantized, relative_error  # the dense reference tests'
 
 torch = pytest.importorskip("torch", reason="the reference extra (torch, transformers) is part of `.[test]`")
 transformers = pytest.importorskip("transformers")
@@ -51,12 +50,7 @@ def test_moe_affine_logits_match_transformers_on_the_dequantized_weights(tmp_pat
     model = tensorfold.load(str(tmp_path / "mlx"), backend="numpy")
     assert model.net.weights["layers.0.mlp.gate.weight"].bits == 8
     assert model.net.weights["layers.0.mlp.experts.gate_up_proj"].bits == (4 if fmt == "mlx4" else 8)
-    write_checkpoint(tmp_path / "dense", model.config, dense_tensors(model.net.weights), "hf-f32",
-                     tokenizer_from=model.path)
-    ids = np.random.default_rng(2).integers(0, model.config.vocab_size, max(PROMPT_LENGTHS))
-    for n in PROMPT_LENGTHS:
-        error = relative_error(model.logits(ids[:n]), reference_logits(str(tmp_path / "dense"), ids[:n]))
-        assert error <= TOLERANCE, f"{fmt}, {n} tokens: relative error {error:.2e}"
+    assert_matches_dequantized(model, tmp_path / "dense", fmt, reference_logits, PROMPT_LENGTHS)
 
 
 def swap_experts(model, layer, a, b):

@@ -35,14 +35,18 @@ def test_affine_logits_match_transformers_on_the_dequantized_weights(tmp_path, f
     """An MLX checkpoint (its linear layers through the exact integer GEMM) against transformers on the same weights
     dequantized into a float32 checkpoint: the same bar as the float checkpoints."""
     from tensorfold.model.tiny import make_tiny
-    from tensorfold.model.writer import dense_tensors, write_checkpoint
     make_tiny(tmp_path / "mlx", seed=5, fmt=fmt)
-    model = tensorfold.load(str(tmp_path / "mlx"), backend="numpy")
-    write_checkpoint(tmp_path / "dense", model.config, dense_tensors(model.net.weights), "hf-f32",
-                     tokenizer_from=model.path)
-    ids = np.random.default_rng(2).integers(0, model.config.vocab_size, max(PROMPT_LENGTHS))
-    for n in PROMPT_LENGTHS:
-        error = relative_error(model.logits(ids[:n]), reference_logits(str(tmp_path / "dense"), ids[:n]))
+    assert_matches_dequantized(tensorfold.load(str(tmp_path / "mlx"), backend="numpy"), tmp_path / "dense", fmt)
+
+
+def assert_matches_dequantized(model, folder, fmt, reference=reference_logits, lengths=PROMPT_LENGTHS):
+    """The model's logits against `reference`'s (transformers) on its weights dequantized into a float32
+    checkpoint at `folder`, at every prompt length, within the bar."""
+    from tensorfold.model.writer import dense_tensors, write_checkpoint
+    write_checkpoint(folder, model.config, dense_tensors(model.net.weights), "hf-f32", tokenizer_from=model.path)
+    ids = np.random.default_rng(2).integers(0, model.config.vocab_size, max(lengths))
+    for n in lengths:
+        error = relative_error(model.logits(ids[:n]), reference(str(folder), ids[:n]))
         assert error <= TOLERANCE, f"{fmt}, {n} tokens: relative error {error:.2e}"
 
 
