@@ -40,3 +40,22 @@ def test_cuda_backend_equals_numpy_in_the_simulator(micro):
     state = sim.net.new_state()
     steps = [sim.backend.to_host(sim.net.forward(ids[:3], state)), sim.backend.to_host(sim.net.forward(ids[3:], state))]
     assert np.concatenate(steps).tobytes() == expected.tobytes()
+
+
+def test_device_draws_equal_the_twin_when_their_slots_are_reused(on_gpu):
+    """`CudaBackend.sample_rows` writes each call's parameters into the same mapped slots for a row count: two calls
+    with different parameters each equal the twin (control: the two calls' tokens differ, so a second call that read
+    the first's parameters would be caught)."""
+    from tensorfold.backends.cuda_backend import CudaBackend
+    from tensorfold.cuda import sampling
+    backend, rng = CudaBackend(), np.random.default_rng(3)
+    logits = rng.standard_normal((3, 64)).astype(np.float32)
+    drawn = []
+    for seed, temperature in ((11, 0.9), (12, 0.0)):
+        rows = dict(seeds=np.full(3, seed, np.uint64), positions=np.arange(3, dtype=np.uint64),
+                    temperature=np.full(3, temperature, np.float32), top_k=np.array([0, 5, 0], np.int32),
+                    top_p=np.array([1.0, 1.0, 0.9], np.float32), min_p=np.zeros(3, np.float32))
+        tokens = backend.sample_rows(backend.upload(logits), *rows.values())
+        assert tokens.tolist() == sampling.sample_rows(logits, *rows.values()).tolist()
+        drawn.append(tokens.tolist())
+    assert drawn[0] != drawn[1]

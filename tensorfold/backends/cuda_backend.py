@@ -38,6 +38,7 @@ class CudaBackend:
             self.pooled = device_pool.install()
         self.stream = cuda.stream()
         self._side_streams = []  # for graphs.Lanes, made on first use
+        self._draw_slots = {}  # rows -> DrawSlots: one set per round size seen (at most parallel x 16 rows)
 
     def side_by_side(self, count: int):
         """Lanes for work that runs once per window (tensorfold/device/graphs.py): side by side in a recording."""
@@ -220,14 +221,36 @@ class CudaBackend:
     sample = staticmethod(sampling.sample)  # one host row of logits (requests with penalties or logprobs)
 
     def sample_rows(self, logits, seeds, positions, temperature, top_k, top_p, min_p):
-        """NumpyBackend.sample_rows on device logits: the draws run on the GPU and only the tokens come back."""
-        params = (self._device(a) for a in (seeds, positions, temperature, top_k, top_p, min_p))
-        return self.to_host(sampling.sample_launch(logits, *params, stream=self.stream))
+        """NumpyBackend.sample_rows on device logits: the draws run on the GPU and only the tokens come back.
+
+        The per-row parameters go in, and the tokens come out, through mapped host memory (`DrawSlots`): stores and
+        loads, where six uploads and a download would be seven driver calls a round (and an upload from pageable
+        memory waits for the stream). The wait at the end also means no draw still reads the slots when the next
+        call rewrites them."""
+        rows = logits.shape[0]
+        slots = self._draw_slots.get(rows) or self._draw_slots.setdefault(rows, DrawSlots(self, rows))
+        for host, values in zip(slots.host, (seeds, positions, temperature, top_k, top_p, min_p)):
+            host[:] = values
+        sampling.sample_launch(logits, *slots.device, out=slots.device_tokens, stream=self.stream)
+        self.synchronize()
+        return slots.host_tokens.copy()
 
     def topk(self, logits, k):
         """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""
         ids, logprobs = top_k.topk_launch(logits, k, stream=self.stream)
         return self.to_host(ids), self.to_host(logprobs)
+
+
+class DrawSlots:
+    """`sample_rows`' per-row parameters and tokens for `rows` rows in mapped host memory: `host` to write,
+    `device` to launch with (seeds, positions, temperature, top_k, top_p, min_p), and the tokens both ways."""
+
+    DTYPES = (np.uint64, np.uint64, np.float32, np.int32, np.float32, np.float32)
+
+    def __init__(self, backend, rows: int):
+        pairs = [backend.mapped(rows, dtype) for dtype in self.DTYPES]
+        self.host, self.device = [h for h, _ in pairs], [d for _, d in pairs]
+        self.host_tokens, self.device_tokens = backend.mapped(rows, np.int32)
 
 
 def as_int32(indices):

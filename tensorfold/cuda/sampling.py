@@ -394,8 +394,8 @@ def sample_kernel(logits, part_values, part_ids, seeds, positions, temperature, 
                     break
 
 
-def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, stream=0):
-    """One token per row of device logits [rows, V]: int32 [rows] on the device.
+def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, out=None, stream=0):
+    """One token per row of device logits [rows, V]: int32 [rows] on the device (into `out` if given).
 
     Every other argument is a device array with one entry per row: seeds and positions uint64, temperature, top_p
     and min_p float32, top_k int32 (0: off). Rows with temperature 0 take the argmax.
@@ -403,7 +403,7 @@ def sample_launch(logits, seeds, positions, temperature, top_k, top_p, min_p, st
     rows, vocab = logits.shape
     work = cuda.device_array((rows, vocab), np.float32, stream=stream)  # each row's x, then its p
     spare = cuda.device_array((rows, vocab), np.float32, stream=stream)  # the searches' compacted candidates
-    out = cuda.device_array(rows, np.int32, stream=stream)
+    out = cuda.device_array(rows, np.int32, stream=stream) if out is None else out
     sample_kernel[rows, THREADS, stream](logits, *argmax_parts_launch(logits, stream), seeds, positions, temperature,
                                          top_k, top_p, min_p, work, spare, out)
     return out
