@@ -82,3 +82,11 @@ def test_float_experts_on_the_cuda_backend_are_refused_by_name(folders):
     model = tensorfold.load(folders[0], backend="cuda")
     with pytest.raises(BackendError, match="routed experts stored as bf16"):
         model.logits([1, 2])
+
+
+def test_the_router_kernel_holds_every_expert_count_a_config_allows():
+    """route_kernel keeps a row's probabilities in a shared array of cuda.moe.MAX_EXPERTS: a config may not ask
+    for more (model/config.py refuses num_experts above its own MAX_EXPERTS)."""
+    from tensorfold.cuda import moe
+    from tensorfold.model import config
+    assert config.MAX_EXPERTS <= moe.MAX_EXPERTS
