@@ -76,3 +76,19 @@ def test_an_unknown_config_is_refused_by_name(capsys):
         main(["bench", "decode", "--config", "9B", "--backend", "numpy"])
     error = capsys.readouterr().err
     assert "invalid choice: '9B'" in error and "0.8B" in error and "tiny" in error
+
+
+def test_an_moe_rounds_floor_counts_only_the_experts_a_row_chose(tmp_path):
+    """round_bytes reads num_experts_per_tok of num_experts routed experts a layer (control: the dense count, every
+    expert, is larger by the unread experts' bytes)."""
+    import tensorfold
+    from tensorfold.cli.bench.timing import round_bytes
+    from tensorfold.model.tiny import TINY_MOE_CONFIG, make_tiny
+    make_tiny(str(tmp_path), seed=3, config=TINY_MOE_CONFIG)
+    model = tensorfold.load(str(tmp_path), backend="numpy")
+    c, weights = model.config, model.net.weights
+    experts = sum(w.nbytes for name, w in weights.items() if ".experts." in name)
+    assert 0 < c.num_experts_per_tok < c.num_experts and experts > 0
+    embedding = weights["embed_tokens.weight"].nbytes if not c.tie_word_embeddings else 0
+    every_expert = model.weight_bytes - embedding
+    assert round_bytes(model) == every_expert - experts + experts * c.num_experts_per_tok // c.num_experts

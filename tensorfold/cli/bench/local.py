@@ -162,7 +162,7 @@ def run_peer(config, args, device: str, rng) -> dict:
     started = time.perf_counter()
     peer = Peer(config, device)
     echo(f"# peer built in {time.perf_counter() - started:.1f} s")
-    result = {"model": "transformers Qwen3_5ForCausalLM, bf16", "device": device,
+    result = {"model": f"transformers {type(peer.model).__name__}, bf16", "device": device,
               "attention": getattr(peer.model.config, "_attn_implementation", None),
               "fast_paths": {"flash-linear-attention": importlib.util.find_spec("fla") is not None,
                              "causal-conv1d": importlib.util.find_spec("causal_conv1d") is not None}}

@@ -177,7 +177,11 @@ def ops_per_round(model, rounds: int = 5) -> dict:
 
 
 def round_bytes(model) -> int:
-    """Weight bytes a decode round reads: every weight, less the embedding table when the head is separate (a
-    round reads only its rows)."""
-    embedding = model.net.weights["embed_tokens.weight"].nbytes if not model.config.tie_word_embeddings else 0
-    return model.weight_bytes - embedding
+    """Weight bytes a one-stream decode round reads: every weight, less the embedding table when the head is separate
+    (a round reads only its rows), and of an MoE layer's routed experts only the num_experts_per_tok its row
+    chose."""
+    c, weights = model.config, model.net.weights
+    embedding = weights["embed_tokens.weight"].nbytes if not c.tie_word_embeddings else 0
+    experts = sum(w.nbytes for name, w in weights.items() if ".experts." in name)
+    unread = experts - experts * c.num_experts_per_tok // c.num_experts if c.is_moe else 0
+    return model.weight_bytes - embedding - unread
