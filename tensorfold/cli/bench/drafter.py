@@ -1,7 +1,7 @@
 """`tensorfold bench drafter`: what drafting buys, in this process. The same prompts are decoded one stream at a
 time without drafts, with the drafter's chains and with its trees; for each, the mean acceptance length (tokens per
-drafted round, the model's own token included) and the decode rate (output tokens over the time from the first
-token to the last, so the prompt pass is left out). Every drafted output must equal the undrafted one (by token
+drafted round, the model's own token included), the decode rate (output tokens over the time from the first
+token to the last, so the prompt pass is left out) and, where rounds replay, how many recordings they made. Every drafted output must equal the undrafted one (by token
 sha256): a mismatch is reported and fails the run.
 
 By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded
@@ -100,8 +100,10 @@ def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = 
         output += len(request.output) - 1  # the first token comes with the prompt pass, outside the timing
         accepted, draft_rounds = accepted + request.stats.accepted, draft_rounds + request.stats.draft_rounds
         rounds += request.stats.rounds
+    graphs = engine.graphs
     result = {"hashes": hashes, "tok_s": output / seconds, "rounds": rounds,
-              "tau": (accepted + draft_rounds) / draft_rounds if draft_rounds else None}
+              "tau": (accepted + draft_rounds) / draft_rounds if draft_rounds else None,
+              "recordings": None if graphs is None else {"recorded": graphs.recorded, "replayed": graphs.replayed}}
     if clock is not None:
         clock.close()
         result["phases_ms"] = clock.per_round(seconds, decode_rounds)
@@ -129,8 +131,10 @@ def run(args) -> int:
             equal = result["hashes"] == results[f"{name} none"]["hashes"]
             failed |= not equal
             tau = f"{result['tau']:6.2f}" if result["tau"] else "     -"
+            replays = result["recordings"]
+            replays = f"  recorded {replays['recorded']} / replayed {replays['replayed']}" if replays else ""
             print(f"{name:7} {mode:6} decode {result['tok_s']:8.1f} tok/s  tau {tau}  rounds {result['rounds']:5}  "
-                  f"{'equal to undrafted' if equal else 'DIFFERS FROM UNDRAFTED'}", flush=True)
+                  f"{'equal to undrafted' if equal else 'DIFFERS FROM UNDRAFTED'}{replays}", flush=True)
             if args.phases:
                 print("                ms a round: " + "  ".join(
                     f"{phase} {ms:.3f}" for phase, ms in result["phases_ms"].items()), flush=True)
