@@ -151,44 +151,47 @@ def test_control_a_context_written_at_the_recorded_length_is_caught(drafter_mode
 
 # --- the engine -------------------------------------------------------------------------------------------------------
 
-PROMPT = [5, 17, 29, 3, 42]
+PROMPT = [5, 17, 29]
 
 
-def engine_drafts(target, model: DFlashModel, graphs: bool, tokens: int = 4) -> tuple:
-    """The prompt through an engine drafting chains of two guesses with the block drafter, graphs on or off (the
-    target's and the drafter's): (the output, every proposal the drafter made, in order). The prompt's rows are
-    observed eagerly (more rows than a block), each decode round's kept rows from a recording."""
+def engine_drafts(target, model: DFlashModel, graphs: bool) -> tuple:
+    """The prompt through an engine drafting one-guess chains with the block drafter, graphs on or off (the
+    target's and the drafter's): (the output, each proposal's ids and log-probabilities bytes, in order). Two
+    rounds draft (the third has no room left): the second replays the first's proposal over a longer context."""
     drafter, proposals = BlockDrafter(model, "chain", graphs=graphs), []
-    propose = drafter.propose
+    block_topk = drafter.block_topk
 
-    def logged(tokens, max_rows, state):
-        proposals.append(propose(tokens, max_rows, state))
-        return proposals[-1]
-    drafter.propose = logged
-    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=2, graphs=graphs)
-    request = engine.submit(PROMPT, SamplingParams(max_tokens=tokens, stop_ids=()))
+    def logged(*args):
+        ids, logprobs = block_topk(*args)
+        proposals.append(ids.tobytes() + logprobs.tobytes())
+        return ids, logprobs
+    drafter.block_topk = logged
+    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=graphs)
+    request = engine.submit(PROMPT, SamplingParams(max_tokens=4, stop_ids=()))
     while request.finish_reason is None:
         engine.run_round()
     if graphs:
-        assert engine.graphs.replayed > 0 and drafter.graphs.replayed > 0
+        assert engine.graphs.replayed > 0 and drafter.graphs.replayed > drafter.graphs.recorded
     return request.output, proposals
 
 
 @pytest.fixture(scope="module")
 def eager_engine(target, drafter_model):
-    return engine_drafts(target, drafter_model, graphs=False)
+    output, proposals = engine_drafts(target, drafter_model, graphs=False)
+    assert len(proposals) == 2
+    return output, proposals
 
 
 def test_engine_graphs_on_equals_off_with_the_block_drafter(target, drafter_model, eager_engine):
-    """The same tokens and the same proposals, every round, with the target's rounds and the drafter's proposals
-    and extends replayed and with everything eager."""
+    """The same tokens and the same proposals' bits with the target's rounds and the drafter's proposals and
+    extends replayed as with everything eager."""
     assert engine_drafts(target, drafter_model, graphs=True) == eager_engine
 
 
 def test_control_engine_proposals_with_a_frozen_key_count_are_caught(target, drafter_model, eager_engine,
                                                                       monkeypatch):
     """Control: the same engine run, its proposals' key counts frozen at recording: the tokens stay the eager ones
-    (a drafter only guesses), the proposals do not."""
+    (a drafter only guesses), the second proposal's bits do not."""
     frozen(monkeypatch, 4, 2)
-    output, proposals = engine_drafts(target, drafter_model, graphs=True, tokens=3)
-    assert output == eager_engine[0][:3] and proposals != eager_engine[1][:len(proposals)]
+    output, proposals = engine_drafts(target, drafter_model, graphs=True)
+    assert output == eager_engine[0] and proposals[0] == eager_engine[1][0] and proposals[1] != eager_engine[1][1]
