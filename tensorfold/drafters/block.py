@@ -245,9 +245,10 @@ class DraftContext:
     """One stream's drafter cache: per drafter layer, the keys and values [rows, Hkv, Dh] of its context rows, and
     the absolute position of each context row (the first may be any position, e.g. after a prompt-cache resume).
 
-    The buffers are backend arrays of HEADROOM rows at first that double when full (`DFlashModel.reserve`), so they
-    keep their identity for many rounds: a recorded proposal or extend (drafters/replay.py) is keyed by it. Rows past
-    `length` hold the last block's or the last extend's and are overwritten by the next one."""
+    The buffers are backend arrays, empty at first, then of HEADROOM rows at least, doubled when full
+    (`DFlashModel.reserve`), so they keep their identity for many rounds: a recorded proposal or extend
+    (drafters/replay.py) is keyed by it. Rows past `length` hold the last block's or the last extend's and are
+    overwritten by the next one."""
 
     def __init__(self, config: DFlashConfig, ops):
         shape = (0, config.num_key_value_heads, config.head_dim)
