@@ -237,8 +237,12 @@ class CudaBackend:
 
     def topk(self, logits, k):
         """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""
-        ids, logprobs = top_k.topk_launch(logits, k, stream=self.stream)
+        ids, logprobs = self.topk_on_device(logits, k)
         return self.to_host(ids), self.to_host(logprobs)
+
+    def topk_on_device(self, logits, k):
+        """NumpyBackend.topk on device logits, left on the device (a recording's outputs)."""
+        return top_k.topk_launch(logits, k, stream=self.stream)
 
 
 class DrawSlots:

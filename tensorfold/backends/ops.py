@@ -154,3 +154,6 @@ class DeviceOps(Ops, Protocol):
 
     def side_streams(self, count: int) -> list:
         """`count` streams besides `stream`, the same ones each time (the lanes of a recording)."""
+
+    def topk_on_device(self, logits, k):
+        """`topk`'s (ids int32, log-softmax float32) [rows, k] of device logits, left on the device (no download)."""

@@ -6,6 +6,7 @@ model itself samples at that position, so drafting only changes how many tokens 
 * base.py: the interface (`Drafter`, which proposes nothing).
 * ngram.py: prompt lookup, in chains (`NgramDrafter`) or trees (`NgramTreeDrafter`).
 * block.py: the DFlash block drafter, a small model that reads the target's hidden states.
+* replay.py: the block drafter's proposals and extends replayed from CUDA graphs.
 """
 import os
 
@@ -43,9 +44,10 @@ def auto_drafter(model) -> str:
     * On a GPU with CUDA graphs off (TENSORFOLD_GRAPHS=0) every round runs eagerly, a launch at a time, and costs
       about as much with 16 rows as with one: the model's own block drafter when its folder has one (`drafter/`
       beside the weights), else "ngram".
-    * On a GPU with graphs on (the default there), "none": drafted rounds replay too, but the block drafter's
-      proposal and the keep after the walk still run eagerly, and a window shape not seen before costs a recording,
-      so a drafted round still costs more than the tokens it adds.
+    * On a GPU with graphs on (the default there), "none": drafted rounds replay too, and so do the block
+      drafter's proposal and extend (drafters/replay.py), but the keep after the walk still runs eagerly and a
+      window shape not seen before costs a recording; measured before the drafter replayed, a drafted round cost
+      more than the tokens it added.
     * On the numpy backend, which cannot record, "none": a round costs in proportion to its rows, so the rows a
       draft adds cost more than the tokens they save."""
     from tensorfold.model.replay import replays_decode_rounds

@@ -28,6 +28,7 @@ from tensorfold.errors import CheckpointError, ConfigError, TensorfoldError
 from tensorfold.model.checkpoint import FLOAT_DTYPES, Linear, resolve, stored_tensors
 from tensorfold.model.config import ModelConfig, _check_positive_int, _is_int, _is_number, _require
 from tensorfold.model.files import read_json_object
+from tensorfold.model.replay import replays_decode_rounds
 from tensorfold.numerics.formats import bf16_to_f32
 
 DFLASH2_TENSORS = ("candidate_selector.", ".attention_conv.", "mlp_conv.", "output_multiplier",
@@ -237,10 +238,17 @@ def load_dflash_weights(folder: str, config: DFlashConfig, progress=False) -> di
 
 # --- the model --------------------------------------------------------------------------------------------------------
 
+HEADROOM = 256  # context rows a drafter's buffers start with; full, they double (reserve_rows)
+
+
 class DraftContext:
-    """One stream's drafter cache: per drafter layer, the keys and values [rows, Hkv, Dh] of its context rows
-    (backend buffers that grow; rows past `length` hold the last block's and are overwritten), and the absolute
-    position of each context row (the first may be any position, e.g. after a prompt-cache resume)."""
+    """One stream's drafter cache: per drafter layer, the keys and values [rows, Hkv, Dh] of its context rows, and
+    the absolute position of each context row (the first may be any position, e.g. after a prompt-cache resume).
+
+    The buffers are backend arrays, empty at first, then of HEADROOM rows at least, doubled when full
+    (`DFlashModel.reserve`), so they keep their identity for many rounds: a recorded proposal or extend
+    (drafters/replay.py) is keyed by it. Rows past `length` hold the last block's or the last extend's and are
+    overwritten by the next one."""
 
     def __init__(self, config: DFlashConfig, ops):
         shape = (0, config.num_key_value_heads, config.head_dim)
@@ -256,6 +264,30 @@ class DraftContext:
     def next_position(self) -> int:
         """The position after the last context row (0 for an empty context)."""
         return int(self.positions[-1]) + 1 if self.length else 0
+
+    def buffers(self) -> list:
+        """Every layer's key and value buffer: what a recording over this context launches on."""
+        return [*self.keys, *self.values]
+
+    def commit(self, position: int, rows: int) -> None:
+        """The `rows` rows written at the context's end become context rows, at positions position on."""
+        self.positions = np.concatenate([self.positions, position + np.arange(rows)])
+
+
+def block_table(length: int, root_id: int, mask_id: int, rows: int, start: int) -> np.ndarray:
+    """A block's integers, int32 [4, rows]: its ids (the root, then masks), its positions (start on), each row's key
+    count (the context's `length` keys and the whole block's) and the cache rows its keys and values go to (right
+    after the context)."""
+    slots = np.arange(rows)
+    return np.array([[root_id] + [mask_id] * (rows - 1), start + slots, np.full(rows, length + rows),
+                     length + slots], np.int32)
+
+
+def extend_table(length: int, position: int, rows: int) -> np.ndarray:
+    """Committed rows' integers, int32 [2, rows]: their positions (position on) and the cache rows their keys and
+    values go to (the context's end on, `length`)."""
+    slots = np.arange(rows)
+    return np.array([position + slots, length + slots], np.int32)
 
 
 @dataclasses.dataclass
@@ -292,6 +324,12 @@ class DFlashModel:
     def new_context(self) -> DraftContext:
         return DraftContext(self.config, self.ops)
 
+    def reserve(self, context: DraftContext, rows: int) -> None:
+        """Room for `rows` rows past the context's end in every layer's buffers (eager: it may grow them)."""
+        needed = max(context.length + rows, HEADROOM)
+        context.keys = [self.ops.reserve_rows(k, context.length, needed) for k in context.keys]
+        context.values = [self.ops.reserve_rows(v, context.length, needed) for v in context.values]
+
     def keys_values(self, x, i, positions):
         """Layer i's keys (normed, roped at `positions`) and values of rows x [rows, Hd]."""
         c, ops, w = self.config, self.ops, self.weights
@@ -304,48 +342,60 @@ class DFlashModel:
     def extend(self, context: DraftContext, features: list, position: int) -> None:
         """Append n committed rows at positions position .. position + n - 1 to the context; `features` holds the F
         tapped target layer outputs [n, H], in target_layer_ids order."""
-        c, ops = self.config, self.ops
-        assert len(features) == c.num_taps, f"{len(features)} feature arrays for {c.num_taps} taps"
+        rows = features[0].shape[0]
+        assert len(features) == self.config.num_taps, f"{len(features)} feature arrays for {self.config.num_taps} taps"
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
+        self.reserve(context, rows)
+        self.write_context(context, features, self.ops.upload(extend_table(context.length, position, rows)))
+        context.commit(position, rows)
+
+    def write_context(self, context: DraftContext, features: list, table) -> None:
+        """Each row's keys and values, from its tapped features, written into every layer's buffers: roped at
+        positions table[0], at cache rows table[1] (extend_table, on the backend). A row's keys and values depend
+        on its own features alone."""
+        c, ops = self.config, self.ops
+        positions, write_at = table[0], table[1]
         projected = ops.linear(features[0], self.fc_blocks[0])
         for feature, block in zip(features[1:], self.fc_blocks[1:]):
             projected = ops.add(projected, ops.linear(feature, block))
         hidden = ops.rmsnorm(projected, self.weights["hidden_norm.weight"], c.rms_norm_eps)
-        positions = position + np.arange(hidden.shape[0])
         for i in range(c.num_hidden_layers):
-            k, v = self.keys_values(hidden, i, positions)
-            context.keys[i] = ops.append_rows(context.keys[i], context.length, k)
-            context.values[i] = ops.append_rows(context.values[i], context.length, v)
-        context.positions = np.concatenate([context.positions, positions])
+            ops.kv_write(context.keys[i], context.values[i], *self.keys_values(hidden, i, positions), write_at)
 
     def block_logits(self, context: DraftContext, root_id: int, rows: int, position: int | None = None):
         """Backend logits [rows - 1, V] of the block [root, mask * (rows - 1)] whose root sits at `position` (by
         default the position after the context's last row): row i guesses the token at position + i + 1."""
-        c, ops, w = self.config, self.ops, self.weights
         start = context.next_position if position is None else position
         assert rows >= 2 and start >= context.next_position, f"a block of {rows} rows at {start}"
-        positions = start + np.arange(rows)
-        h = ops.embed(np.array([root_id] + [c.mask_token_id] * (rows - 1)), self.embedding)
+        self.reserve(context, rows)
+        table = block_table(context.length, root_id, self.config.mask_token_id, rows, start)
+        return self.block(context, self.ops.upload(table), context.length + rows)
+
+    def block(self, context: DraftContext, table, max_keys: int):
+        """block_logits over the block's integers on the backend (block_table), its attention's partials holding
+        chunks for `max_keys` keys (a recording's: the whole buffer, whatever the context's length)."""
+        c, ops, w = self.config, self.ops, self.weights
+        ids, positions, n_keys, write_at = (table[n] for n in range(4))
+        h = ops.embed(ids, self.embedding)
         for i in range(c.num_hidden_layers):
             p = f"layers.{i}."
             x = ops.rmsnorm(h, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-            h = ops.add(h, self.attention(x, context, i, positions))
+            h = ops.add(h, self.attention(x, context, i, positions, n_keys, write_at, max_keys))
             x = ops.rmsnorm(h, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
             h = ops.add(h, self.mlp(x, p + "mlp."))
         return ops.linear(ops.rmsnorm(h[1:], w["norm.weight"], c.rms_norm_eps), self.lm_head)
 
-    def attention(self, x, context: DraftContext, i, positions):
+    def attention(self, x, context: DraftContext, i, positions, n_keys, write_at, max_keys):
         """Every block row reads every context row and every block row: the block's keys and values go right after
-        the context in layer i's buffers (the next extend overwrites them) and every row reads up to their end."""
+        the context in layer i's buffers (rows `write_at`; the next extend overwrites them) and every row reads up to
+        their end (`n_keys`)."""
         c, ops, w = self.config, self.ops, self.weights
         a, rows = f"layers.{i}.self_attn.", x.shape[0]
         q = ops.linear(x, w[a + "q_proj.weight"]).reshape(rows, c.num_attention_heads, c.head_dim)
         q = ops.rope(ops.rmsnorm(q, w[a + "q_norm.weight"], c.rms_norm_eps), positions, c.head_dim, c.rope_theta)
-        k, v = self.keys_values(x, i, positions)
-        context.keys[i] = ops.append_rows(context.keys[i], context.length, k)
-        context.values[i] = ops.append_rows(context.values[i], context.length, v)
-        partial = ops.attention_partial(q, context.keys[i], context.values[i], np.full(rows, context.length + rows),
-                                        1.0 / math.sqrt(c.head_dim))
+        ops.kv_write(context.keys[i], context.values[i], *self.keys_values(x, i, positions), write_at)
+        partial = ops.attention_partial(q, context.keys[i], context.values[i], n_keys, 1.0 / math.sqrt(c.head_dim),
+                                        max_keys=max_keys)
         out = ops.attention_merge(*partial).reshape(rows, c.num_attention_heads * c.head_dim)
         return ops.linear(out, w[a + "o_proj.weight"])
 
@@ -404,11 +454,16 @@ class BlockDrafter(Drafter):
     budget of the whole block (rows - 1 guesses over rows - 1 depths) then leaves no room, and the tree is the chain.
     So it is off by default: best-first alone trades the chain's deep, unlikely guesses for likelier siblings near
     the root.
+
+    On a backend that records CUDA graphs, proposals and extends replay from recordings (drafters/replay.py), unless
+    `graphs` is False, or None with TENSORFOLD_GRAPHS=0 (the engine's switch, model.replay.replays_decode_rounds).
     """
 
     name = "dflash"
 
-    def __init__(self, model: DFlashModel, shape: str = "chain", rows: int | None = None, chain_first: bool = False):
+    def __init__(self, model: DFlashModel, shape: str = "chain", rows: int | None = None, chain_first: bool = False,
+                 graphs: bool | None = None):
+        from tensorfold.drafters.replay import DraftGraphs  # (it builds on this module)
         rows = model.config.block_size if rows is None else rows
         if shape not in ("tree", "chain"):
             raise TensorfoldError(f"drafter shape {shape!r}: choose 'tree' or 'chain'")
@@ -417,13 +472,17 @@ class BlockDrafter(Drafter):
                                   f"got {rows!r}")
         self.model, self.shape, self.rows, self.chain_first = model, shape, rows, chain_first
         self.taps = tuple(model.config.target_layer_ids)
+        self.graphs = DraftGraphs(model) if replays_decode_rounds(model.ops, graphs) else None
 
     def new_stream(self) -> DraftContext:
         return self.model.new_context()
 
     def observe(self, state: DraftContext, features: list, position: int) -> None:
         """Committed rows at positions position .. position + n - 1, with their tapped features [n, H] each."""
-        self.model.extend(state, features, position)
+        if self.graphs is not None and self.graphs.fits(features):
+            self.graphs.extend(state, features, position)
+        else:
+            self.model.extend(state, features, position)
 
     def save(self, state: DraftContext) -> "SavedContext":
         """The context's rows on the host: a prompt-cache snapshot keeps them, so a resumed stream drafts as well as
@@ -446,16 +505,20 @@ class BlockDrafter(Drafter):
         c = self.model.config
         return 4 * 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * (rows + c.block_size)
 
-    def _block(self, tokens: list, guesses: int, state: DraftContext):
-        """Block logits for `guesses` rows after the root tokens[-1], which sits at position len(tokens) - 1."""
-        return self.model.block_logits(state, tokens[-1], guesses + 1, position=len(tokens) - 1)
+    def block_topk(self, tokens: list, guesses: int, k: int, state: DraftContext) -> tuple:
+        """Host (ids, log-probabilities) [guesses, k]: the top k of each of `guesses` block rows after the root
+        tokens[-1], which sits at position len(tokens) - 1."""
+        root, rows, start = tokens[-1], guesses + 1, len(tokens) - 1
+        if self.graphs is not None:
+            return self.graphs.propose(state, root, rows, start, k)
+        return self.model.ops.topk(self.model.block_logits(state, root, rows, position=start), k)
 
     def propose(self, tokens: list, max_rows: int, state: DraftContext) -> list:
         """Up to min(max_rows, rows - 1) guesses following the root tokens[-1]: each block row's argmax."""
         guesses = min(max_rows, self.rows - 1)
         if guesses <= 0:
             return []
-        ids, _ = self.model.ops.topk(self._block(tokens, guesses, state), 1)
+        ids, _ = self.block_topk(tokens, guesses, 1, state)
         return [int(i) for i in ids[:, 0]]
 
     def propose_tree(self, tokens: list, max_rows: int, state: DraftContext) -> tuple:
@@ -466,7 +529,7 @@ class BlockDrafter(Drafter):
             chain = self.propose(tokens, max_rows, state)
             return chain, list(range(-1, len(chain) - 1))
         k = min(budget, MAX_K, self.model.config.vocab_size)
-        ids, logprobs = self.model.ops.topk(self._block(tokens, budget, state), k)
+        ids, logprobs = self.block_topk(tokens, budget, k, state)
         return best_first_tree(logprobs, ids, budget, self.chain_first)
 
 
@@ -478,6 +541,7 @@ def load_dflash(path: str, target, progress=None) -> DFlashModel:
     return DFlashModel(config, load_dflash_weights(folder, config, progress), target)
 
 
-def load_drafter(path: str, target, progress=None, shape: str = "chain", rows: int | None = None) -> BlockDrafter:
-    """load_dflash wrapped in a BlockDrafter."""
-    return BlockDrafter(load_dflash(path, target, progress), shape, rows)
+def load_drafter(path: str, target, progress=None, shape: str = "chain", rows: int | None = None,
+                 graphs: bool | None = None) -> BlockDrafter:
+    """load_dflash wrapped in a BlockDrafter (`graphs`: its switch for recordings)."""
+    return BlockDrafter(load_dflash(path, target, progress), shape, rows, graphs=graphs)

@@ -1,0 +1,199 @@
+"""The block drafter's proposals and extends replayed from CUDA graphs (tensorfold/drafters/replay.py) compute the
+eager path's bits.
+
+Under --gpu the graphs are real, on the embedded model with its shipped drafter. Without it the `cuda` backend runs
+in numba's CUDA simulator with a micro target and a random two-layer drafter, where a graph is the recorded list of
+launches, each argument fixed when recorded: a replay that read a key count or a context length baked into its
+recording gives different bits there, as it would on a GPU. The planted controls show each.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import tensorfold
+from tensorfold.api import Model
+from tensorfold.backends import make_backend
+from tensorfold.drafters import block
+from tensorfold.drafters.block import BlockDrafter, DFlashConfig, DFlashModel, expected_shapes, load_dflash
+from tensorfold.drafters.replay import DraftGraphs
+from tensorfold.engine import Engine, SamplingParams
+from tensorfold.model.checkpoint import Linear, load_weights
+from tensorfold.model.tiny import TINY_CONFIG, random_tensors
+from tensorfold.model.writer import write_checkpoint
+
+L, F = "linear_attention", "full_attention"
+# The simulator's time goes to attention's blocks (one per row and head, of 128 threads each): one head everywhere.
+MICRO = dataclasses.replace(  # the smallest target with both mixers, and a vocabulary the lm_head walks quickly
+    TINY_CONFIG, vocab_size=48, hidden_size=16, intermediate_size=16, num_hidden_layers=2, layer_types=(L, F),
+    num_attention_heads=1, num_key_value_heads=1, head_dim=8, linear_num_key_heads=1, linear_num_value_heads=2,
+    linear_key_head_dim=4, linear_value_head_dim=4, tie_word_embeddings=True, eos_token_ids=(0,))
+MICRO_DRAFT = DFlashConfig(  # one layer of one head, two taps, blocks of up to 3 rows
+    hidden_size=16, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, head_dim=8,
+    intermediate_size=16, vocab_size=48, num_target_layers=2, target_layer_ids=(0, 1), mask_token_id=47,
+    block_size=3, rms_norm_eps=1e-6, rope_theta=1e6)
+
+
+def random_drafter(config: DFlashConfig, target, seed: int = 0) -> DFlashModel:
+    """A drafter of float32 random weights (norm multipliers near 1) for `target`."""
+    rng = np.random.default_rng(seed)
+    weights = {name: (1 + rng.normal(0, 0.3, shape)).astype(np.float32) if len(shape) == 1 else
+               Linear("f32", *shape, rng.normal(0, 1 / np.sqrt(shape[1]), shape).astype(np.float32))
+               for name, shape in expected_shapes(config).items()}
+    return DFlashModel(config, weights, target)
+
+
+@pytest.fixture(scope="module")
+def target(request, on_gpu, tmp_path_factory):
+    """The embedded model on the GPU; in the simulator the micro target."""
+    if on_gpu:
+        from tensorfold.models import DEFAULT_MODEL
+        return tensorfold.load(DEFAULT_MODEL, backend="cuda")
+    request.getfixturevalue("simulated_module")
+    folder = tmp_path_factory.mktemp("micro")
+    write_checkpoint(folder, MICRO, random_tensors(MICRO, 0))
+    return Model(str(folder), MICRO, load_weights(str(folder), MICRO), None, make_backend("cuda"))
+
+
+@pytest.fixture(scope="module")
+def drafter_model(target, on_gpu):
+    """The embedded model's shipped drafter on the GPU; in the simulator a random one for the micro target."""
+    if on_gpu:
+        return load_dflash(f"{target.path}/drafter", target)
+    from tensorfold.cuda import topk
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(topk, "THREADS", 8)  # narrow blocks keep the simulator quick (the twin reads the same constant)
+        yield random_drafter(MICRO_DRAFT, target)
+
+
+# Each round: a block of `rows` rows (k of each row's top ids), then `kept` rows observed, after two rows observed
+# first. With HEADROOM a block's rows + 2 (the context's first buffers), round 0 replays the first extend's
+# recording over a longer context and round 1 round 0's proposal; round 1's extend outgrows the buffers (a new
+# recording), and the context is saved and restored (as by the prompt cache: new buffers, grown again, new
+# recordings) before round 2.
+ROUNDS = ((2, 1, 1), (2, 1, 2), (3, 2, 1))
+RESTORED_BEFORE = 2
+
+
+def draft_rounds(model, graphs: bool, rounds: int = len(ROUNDS)) -> list:
+    """Two committed rows, then the first `rounds` of ROUNDS; per round the proposal's ids and log-probabilities
+    bytes and, after its observe, the committed keys and values bytes of every layer."""
+    drafter, rng, ops = BlockDrafter(model, graphs=graphs), np.random.default_rng(3), model.ops
+    hidden = model.config.hidden_size
+
+    def features(rows):
+        return [ops.upload(rng.normal(size=(rows, hidden)).astype(np.float32)) for _ in drafter.taps]
+    state = drafter.new_stream()
+    drafter.observe(state, features(2), position=0)
+    seen, sizes = [], []  # the keys' buffer rows at each round's proposal, and after its observe
+    for n, (rows, k, kept) in enumerate(ROUNDS[:rounds]):
+        if n == RESTORED_BEFORE:
+            state = drafter.restore(drafter.save(state))
+        tokens = [int(t) for t in rng.integers(0, model.config.mask_token_id, state.next_position + 1)]
+        ids, logprobs = drafter.block_topk(tokens, rows - 1, k, state)
+        proposed_over = state.keys[0].shape[0]
+        drafter.observe(state, features(kept), position=state.next_position)
+        sizes.append((proposed_over, state.keys[0].shape[0]))
+        committed = b"".join(ops.to_host(b)[:state.length].tobytes() for b in state.buffers())
+        seen.append((ids.tobytes() + logprobs.tobytes(), committed))
+    if graphs and rounds == len(ROUNDS):  # (an eager extend reserves its own rows only, not a block's)
+        assert sizes[0][0] == sizes[0][1] == sizes[1][0] < sizes[1][1]  # kept into round 1, grown by its extend
+        assert drafter.graphs.replayed == 2 * len(ROUNDS) + 1 > drafter.graphs.recorded  # every one replayed
+    return seen
+
+
+@pytest.fixture
+def small_headroom(monkeypatch, drafter_model):
+    monkeypatch.setattr(block, "HEADROOM", drafter_model.config.block_size + 2)
+
+
+@pytest.fixture(scope="module")
+def eager(drafter_model):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(block, "HEADROOM", drafter_model.config.block_size + 2)
+        return draft_rounds(drafter_model, graphs=False)
+
+
+def frozen(monkeypatch, rows: int, row: int) -> None:
+    """Plant a replay that writes row `row` of its recording's first table again and again, in tables of `rows`
+    rows (4: a proposal's, 2: an extend's): as a value passed from the host at recording time would be."""
+    replay, first = DraftGraphs._replay, {}
+
+    def stale(self, recorded, table):
+        if len(table) == rows:
+            table[row] = first.setdefault(id(recorded), table[row].copy())
+        replay(self, recorded, table)
+    monkeypatch.setattr(DraftGraphs, "_replay", stale)
+
+
+def test_replayed_proposals_equal_eager_proposals(drafter_model, eager, small_headroom):
+    """Proposals (ids and log-probabilities bytes) and the committed context after each observe, over a growing
+    context, a grown buffer and a restored one."""
+    assert draft_rounds(drafter_model, graphs=True) == eager
+
+
+def test_control_a_key_count_frozen_at_recording_is_caught(drafter_model, eager, small_headroom, monkeypatch):
+    """Control: a proposal whose key counts (block_table's row 2) stay those of its recording: round 1, which
+    replays round 0's recording over a longer context, proposes from too few keys."""
+    frozen(monkeypatch, 4, 2)
+    got = draft_rounds(drafter_model, graphs=True, rounds=2)
+    assert got[0] == eager[0] and got[1][0] != eager[1][0]
+
+
+def test_control_a_context_written_at_the_recorded_length_is_caught(drafter_model, eager, small_headroom,
+                                                                     monkeypatch):
+    """Control: an extend that writes its rows at the cache rows of its recording (extend_table's row 1: the
+    context's length then): round 0's extend, which replays the first extend's recording, overwrites its rows."""
+    frozen(monkeypatch, 2, 1)
+    (got,) = draft_rounds(drafter_model, graphs=True, rounds=1)
+    assert got[0] == eager[0][0] and got[1] != eager[0][1]
+
+
+# --- the engine -------------------------------------------------------------------------------------------------------
+
+PROMPT = [5, 17, 29]
+
+
+def engine_drafts(target, model: DFlashModel, graphs: bool, proposals_wanted: int | None = None) -> tuple:
+    """The prompt through an engine drafting one-guess chains with the block drafter, graphs on or off (the
+    target's and the drafter's), until it ends or has proposed `proposals_wanted` times: (the output, each
+    proposal's ids and log-probabilities bytes, in order). At least two rounds draft, accepted or not; the second
+    replays the first's proposal over a longer context."""
+    drafter, proposals = BlockDrafter(model, "chain", graphs=graphs), []
+    block_topk = drafter.block_topk
+
+    def logged(*args):
+        ids, logprobs = block_topk(*args)
+        proposals.append(ids.tobytes() + logprobs.tobytes())
+        return ids, logprobs
+    drafter.block_topk = logged
+    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=graphs)
+    request = engine.submit(PROMPT, SamplingParams(max_tokens=5, stop_ids=()))
+    while request.finish_reason is None and len(proposals) != proposals_wanted:
+        engine.run_round()
+    if graphs:
+        assert engine.graphs.replayed > 0 and drafter.graphs.replayed > drafter.graphs.recorded
+    return request.output, proposals
+
+
+@pytest.fixture(scope="module")
+def eager_engine(target, drafter_model):
+    output, proposals = engine_drafts(target, drafter_model, graphs=False)
+    assert len(proposals) >= 2
+    return output, proposals
+
+
+def test_engine_graphs_on_equals_off_with_the_block_drafter(target, drafter_model, eager_engine):
+    """The same tokens and the same proposals' bits with the target's rounds and the drafter's proposals and
+    extends replayed as with everything eager."""
+    assert engine_drafts(target, drafter_model, graphs=True) == eager_engine
+
+
+def test_control_engine_proposals_with_a_frozen_key_count_are_caught(target, drafter_model, eager_engine,
+                                                                      monkeypatch):
+    """Control: the same engine run to its second proposal, the proposals' key counts frozen at recording: the
+    tokens stay the eager ones (a drafter only guesses), the second proposal's bits do not."""
+    frozen(monkeypatch, 4, 2)
+    output, proposals = engine_drafts(target, drafter_model, graphs=True, proposals_wanted=2)
+    assert output == eager_engine[0][:len(output)]
+    assert proposals[0] == eager_engine[1][0] and proposals[1] != eager_engine[1][1]
