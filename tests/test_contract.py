@@ -10,9 +10,14 @@ import sys
 import pytest
 
 from tensorfold.contract import FAMILIES, KernelCheck, registry, run_check, summary_line
+from tensorfold.contract import experts as experts_contract
+from tensorfold.contract import gemm as gemm_contract
 from tensorfold.numerics.floats import fma_rn_twin
 
 CHECKS = registry()
+# the tensor-core checks (gemm.py, experts.py) are the slow ones under the simulator: test_contract_tensor_cores.py
+# runs them, so that pytest-xdist's --dist loadfile gives them a worker of their own
+TENSOR_CORE_CHECKS = [c for c in CHECKS if c in gemm_contract.CONTRACT + experts_contract.CONTRACT]
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "tensorfold"
 
 
@@ -71,13 +76,24 @@ def test_a_check_without_its_kernels_is_caught():
     assert kernels_outside_cuda(twin_named) == ["fma_rn: fma_rn_twin is not defined in tensorfold/cuda"]
 
 
-@pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])
-def test_kernel_equals_twin_and_controls_turn_red(check, on_gpu):
+def kernel_equals_twin_and_controls_turn_red(check, on_gpu):
     result = run_check(check, "gpu" if on_gpu else "sim")
     assert result.cases > 0
     assert not result.failed_cases, f"{check.name}: not bit-equal on {result.failed_cases}"
     assert not result.missed_controls, f"{check.name}: controls that did not turn red: {result.missed_controls}"
     assert result.red_controls, f"{check.name} has no planted control"
+
+
+OTHER_CHECKS = [c for c in CHECKS if c not in TENSOR_CORE_CHECKS]
+
+
+@pytest.mark.parametrize("check", OTHER_CHECKS, ids=[c.name for c in OTHER_CHECKS])
+def test_kernel_equals_twin_and_controls_turn_red(check, on_gpu):
+    kernel_equals_twin_and_controls_turn_red(check, on_gpu)
+
+
+def test_every_check_runs_in_one_of_the_two_files():
+    assert sorted(c.name for c in OTHER_CHECKS + TENSOR_CORE_CHECKS) == sorted(c.name for c in CHECKS)
 
 
 def test_summary_line():
