@@ -69,7 +69,7 @@ def test_a_row_alone_equals_the_row_among_others():
     together = run(x, IDS, gate_up, down)
     twin = routed_experts(x, IDS, per_expert(gate_up), per_expert(down))
     assert together.tobytes() == twin.tobytes()
-    for r in range(len(IDS)):
+    for r in (0, 3):  # row 0 shares both its experts with other rows; row 3 has expert 3 to itself
         assert run(x[r:r + 1], IDS[r:r + 1], gate_up, down).tobytes() == together[r:r + 1].tobytes(), f"row {r}"
 
 

@@ -27,7 +27,7 @@ from tensorfold.device.grid import to_host
 
 # (rows, experts, k, hidden, expert width): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's experts at
 # a decode round's rows, and at prompt chunks'
-EXPERTS_SIM = [(5, 4, 2, 64, 64)]
+EXPERTS_SIM = [(3, 4, 2, 64, 64)]  # 6 pairs on 4 experts: one expert holds two at least
 EXPERTS_GPU = [(1, 256, 8, 2048, 512), (16, 256, 8, 2048, 512), (128, 256, 8, 2048, 512), (512, 256, 8, 2048, 512)]
 # (rows, k, experts) of the grouping: under the simulator experts left unused and an expert taken by half the rows
 GROUPS_SIM = [(5, 2, 4), (3, 3, 8), (9, 1, 2)]
