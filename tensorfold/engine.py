@@ -11,7 +11,9 @@ n depending only on (seed, n), and accepts the guesses while they equal the mode
 at the first mismatch is the next decode row. So drafted output equals undrafted output, and a stream's output
 does not depend on which streams share its rounds: every row's logits are the bits a one-row step would give.
 
-`Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue.
+`Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue. Each of its
+`parallel` lanes keeps its cache from request to request, reset in place, so the decode rounds recorded on the
+lane's buffers (model/replay.py) replay for every request the lane serves.
 """
 import dataclasses
 import os
@@ -148,7 +150,10 @@ class Engine:
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
-        self.active: list = []
+        self.active: list = []  # in lane order
+        # each lane's cache, reset in place for every request admitted to it, so that the recordings keyed by its
+        # buffers outlive requests; made when first needed, up to `parallel`
+        self.lanes: list = []
         self.rounds = 0
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -194,6 +199,7 @@ class Engine:
         with self._lock:
             while self.waiting and len(self.active) < self.parallel:
                 self.active.append(self._admit(self.waiting.pop(0)))
+            self.active.sort(key=lambda s: self.lanes.index(s.state))  # the same lanes, the same recording key
             for stream in [s for s in self.active if s.request.cancelled]:
                 self._finish(stream, "cancelled")
             streams = list(self.active)
@@ -263,17 +269,28 @@ class Engine:
         return draws
 
     def _admit(self, request: Request) -> Stream:
-        """A lane for the request, resumed from the prompt cache's longest stored prefix when there is one."""
-        stream = Stream(request, self.model.net.new_state(max_rows=self.context, policy=self.keep),
-                        self.drafter.new_stream() if request.params.draft else None)
+        """A free lane for the request, its cache empty or resumed from the prompt cache's longest stored prefix."""
+        stream = Stream(request, self._free_lane(), self.drafter.new_stream() if request.params.draft else None)
         resumes = self.prompt_cache is not None and request.params.prompt_logprobs is None  # scoring runs every row
         snapshot = self.prompt_cache.lookup(request.prompt) if resumes else None
         if snapshot is not None:
             snapshot.restore(stream.state)
+            stream.state.settle()  # the snapshot's arrays copied into the lane's own buffers
             if stream.draft_state is not None:
                 stream.draft_state = self.drafter.restore(snapshot.draft)
             stream.prompt_fed = request.stats.cached_tokens = snapshot.length
         return stream
+
+    def _free_lane(self):
+        """The cache of the first lane no active stream holds, reset; a new one while there are fewer than
+        `parallel`."""
+        held = [stream.state for stream in self.active]
+        for lane in self.lanes:
+            if all(lane is not state for state in held):
+                lane.reset()
+                return lane
+        self.lanes.append(self.model.net.new_state(max_rows=self.context, policy=self.keep))
+        return self.lanes[-1]
 
     def _window(self, stream: Stream) -> Window:
         """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain."""
@@ -439,9 +456,9 @@ class Engine:
         return sum(not request.cancelled for request in self.waiting)  # a cancelled one leaves when admitted
 
     def stream_bytes(self) -> int:
-        """Memory one stream's cache takes when it holds `context` rows (DeltaNet states, conv tails, the pending
+        """Memory one lane's cache takes when it holds `context` rows (DeltaNet states, conv tails, the pending
         buffer, keys and values, the drafter's state); a window's scan log adds a few rows' worth while it waits to
-        be kept."""
+        be kept. A lane keeps its buffers from request to request, never past `context` rows."""
         c = self.model.config
         linear = c.layer_types.count("linear_attention")
         full = len(c.layer_types) - linear

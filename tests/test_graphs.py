@@ -151,10 +151,10 @@ def test_recording_key_follows_the_buffers():
 # --- drafted rounds -----------------------------------------------------------------------------------------------
 
 # Each round, stream 0 drafts a 3-row chain (its decode row and two guesses), stream 1 a 4-row tree: TREES[n] in
-# round n, the first shape replayed in round 2, then a second shape of the same rows and widths, so that a recording
-# keyed by rows alone would replay the first tree's maps for it. Each round's keep: the chain in full, in part, and
-# its decode row alone; the tree along a path to its last row (the scan's final state), along one that ends before
-# it, and its decode row alone.
+# round n, the first shape again in round 2, then a second shape of the same rows, which replays the same recording
+# with its own maps (a tree's maps are round data: tests/test_replay_reuse.py has their control). Each round's keep:
+# the chain in full, in part, and its decode row alone; the tree along a path to its last row (the scan's final
+# state), along one that ends before it, and its decode row alone.
 TREES = ([-1, 0, 0, 1], [-1, 0, 0, 1], [-1, 0, 1, 1])
 KEEPS = ((3, [0, 1, 3]), (2, [0, 2]), (1, [0]))
 TAPS = (0,)  # a block drafter's: the features of layer 0, which live in the graph's buffers too
@@ -192,12 +192,12 @@ def eager_drafted(graph_model):
 
 
 def test_drafted_rounds_equal_eager_rounds(graph_model, eager_drafted):
-    """A chain and a tree in one round, kept in full, in part and not at all: a recording per tree shape, the
-    first replayed again in the second round. The tapped features are the graph's: the next replay overwrites them,
+    """A chain and a tree in one round, kept in full, in part and not at all: one recording for both tree shapes,
+    replayed every round. The tapped features are the graph's: the next replay overwrites them,
     so a drafter must read them within the round (the engine's `observe` does)."""
     graphs, held = DecodeGraphs(graph_model.net), []
     assert drafted(graph_model, graphs, held=held) == eager_drafted
-    assert (graphs.recorded, graphs.replayed) == (2, 3)
+    assert (graphs.recorded, graphs.replayed) == (1, 3)
     first_now = b"".join(graph_model.backend.to_host(f).tobytes() for f in held[0])
     assert first_now != eager_drafted[0][-len(first_now):]  # round 1's features, read after round 2's replay
 
@@ -208,16 +208,6 @@ def test_control_pending_rows_left_for_the_next_replay_are_caught(graph_model, e
     monkeypatch.setattr(StreamState, "land", lambda self: None)
     got = drafted(graph_model, DecodeGraphs(graph_model.net), rounds=2)
     assert got[0] == eager_drafted[0] and got[1] != eager_drafted[1]
-
-
-def test_control_a_recording_keyed_without_the_parents_is_caught(graph_model, eager_drafted, monkeypatch):
-    """Control: a recording keyed by its windows' rows alone replays round 1's tree maps for round 2's tree."""
-    key = DecodeGraphs.key
-    monkeypatch.setattr(DecodeGraphs, "key", staticmethod(
-        lambda windows, taps: key([Window(w.state, w.ids) for w in windows], taps)))
-    graphs = DecodeGraphs(graph_model.net)
-    got = drafted(graph_model, graphs)
-    assert graphs.recorded == 1 and got[:2] == eager_drafted[:2] and got[2] != eager_drafted[2]
 
 
 def test_control_a_tree_reading_the_recorded_length_is_caught(graph_model, on_gpu, monkeypatch):

@@ -57,6 +57,7 @@ class StreamState:
         self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
         self.home = {}  # layer -> (state, tail): the buffers `settle` copies the DeltaNet results into
+        self.kv_home = {}  # layer -> (keys, values): the buffers `reserve` grows and `settle` copies a restore into
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
                 self.recurrent[i] = ops.zeros((c.linear_num_value_heads, c.linear_key_head_dim,
@@ -66,6 +67,7 @@ class StreamState:
             else:
                 self.keys[i] = ops.zeros((0, c.num_key_value_heads, c.head_dim))
                 self.values[i] = ops.zeros((0, c.num_key_value_heads, c.head_dim))
+                self.kv_home[i] = (self.keys[i], self.values[i])
 
     @property
     def nbytes(self) -> int:
@@ -122,10 +124,27 @@ class StreamState:
         for i in self.keys:
             self.keys[i] = self.ops.reserve_rows(self.keys[i], self.length, self.length + rows, self.max_rows)
             self.values[i] = self.ops.reserve_rows(self.values[i], self.length, self.length + rows, self.max_rows)
+            self.kv_home[i] = (self.keys[i], self.values[i])
+
+    def reset(self) -> None:
+        """Empty the stream, in place, for the next request of its lane (engine.py): zero states and tails, no rows,
+        nothing pending or in a window, as a new stream, but in the same buffers, so the recordings keyed by them
+        (replay.py) stay valid. The key/value rows stay as they are: no row reads one past the length that its own
+        round has not written."""
+        zeros = {}  # one zero array a shape: every DeltaNet layer's state, and tail, has the same
+        for i, (state, tail) in self.home.items():
+            for buffer in (state, tail):
+                if buffer.shape not in zeros:
+                    zeros[buffer.shape] = self.ops.zeros(buffer.shape)
+                self.ops.copy_into(buffer, zeros[buffer.shape])
+            self.recurrent[i], self.conv_tail[i] = state, tail
+        self.length = self.window_rows = self.pending_rows = 0
+        self.kept_on_device, self.pending, self.records = False, {}, {}
 
     def settle(self) -> None:
-        """Put the DeltaNet states and conv tails back in the stream's own buffers: an eager keep points them at the
-        scan's outputs, and a recorded decode round needs the same addresses from round to round."""
+        """Put the DeltaNet states and conv tails back in the stream's own buffers, and the keys and values a
+        snapshot's restore swapped in (prompt_cache.py): an eager keep points the states and tails at the scan's
+        outputs, and a recorded decode round needs the same addresses from round to round."""
         for i, (state, tail) in self.home.items():
             if self.recurrent[i] is not state:
                 self.ops.copy_into(state, self.recurrent[i])
@@ -133,6 +152,12 @@ class StreamState:
             if self.conv_tail[i] is not tail:
                 self.ops.copy_into(tail, self.conv_tail[i])
                 self.conv_tail[i] = tail
+        for i, own in self.kv_home.items():
+            if self.keys[i] is not own[0]:  # grown, if need be, to hold the restored rows
+                own = tuple(self.ops.reserve_rows(buffer, 0, self.length, self.max_rows) for buffer in own)
+                for buffer, restored in zip(own, (self.keys[i], self.values[i])):
+                    self.ops.copy_into(buffer[:self.length], restored[:self.length])
+                self.keys[i], self.values[i] = self.kv_home[i] = own
 
     def commit_in_place(self) -> None:
         """Write the last one-row window's DeltaNet state and conv tail over the stored ones, in place (a recorded

@@ -13,10 +13,13 @@ and its stream's length). `DecodeGraphs.run(windows)` runs such a round's forwar
    done before recording or replaying, and rarely more than a copy of each state and tail.
 2. The recording for these streams' buffers and window shapes is looked up, or made: `forward_logits` over
    `RoundInputs` that read a fixed [RoundInputs.ROWS, rows] buffer (`recorded`: the attention covers each stream's
-   whole cache, so its grid does not depend on the lengths). The keys and values go in place: `kv_write` puts them
-   at the cache rows the buffer says.
-3. The round's integers are written into the recording's pinned host buffer (`CudaBackend.mapped`: a store, no
-   driver call), the graph is replayed, and its first kernel copies them into the fixed buffer.
+   whole cache, so its grid does not depend on the lengths), each tree's rows over index maps in a fixed buffer
+   whose size its rows alone set (`RowMaps.padded`: path_slots padded to [rows, rows], padding no kernel reads),
+   and each chain's over the maps of its length. The keys and values go in place: `kv_write` puts them at the cache
+   rows the buffer says.
+3. The round's integers and its trees' maps are written into the recording's pinned host buffers
+   (`CudaBackend.mapped`: a store, no driver call), the graph is replayed, and its first kernels copy them into the
+   fixed buffers.
 
 What the keep then does depends on the shape.
 
@@ -42,18 +45,20 @@ features into its own context before the round ends.
 
 A recording is keyed by the identity of its streams' cache buffers, in order (`StreamState.settled_buffers`: once
 settled, a stream's own DeltaNet states and conv tails never change, so the first stands for them all, and then its
-key/value buffers), by each window's rows and parents, and by the taps; the graph keeps those buffers alive (it holds
-every argument it launched), so no other array can take one of those identities while the key is in the cache. The
-parents are in the key because a tree's index maps (`Window.maps`, uploaded before the recording: a recording
-refuses uploads) are launch arguments: a replay launches the maps it recorded, which it holds, and never builds a
-window's maps again. A stream joining or leaving, a grown buffer or a new window shape makes a new key and a new
-recording.
+key/value buffers), by each window's rows and whether they are a chain or a tree, and by the taps; the graph keeps
+those buffers alive (it holds every argument it launched), so no other array can take one of those identities while
+the key is in the cache. A tree's parents are not in the key: its maps are round data, so a tree of n rows replays
+one recording whatever its shape. The engine's lanes (engine.py) keep their caches from request to request, reset
+in place, and list their streams in lane order, so a lane's next request replays the recordings made on its buffers.
+A stream joining or leaving, a grown buffer (by HEADROOM rows at least, and a lane keeps it) or a new window shape
+makes a new key and a new recording.
 
 A recording holds every array its round made: the activations of its rows, the logits [rows, vocab], the attention
 partials (rows x heads x the cache's chunks x head_dim, per attention layer), and per DeltaNet layer and window a
 state, a log and a conv tail. So its memory grows with the round's rows, the streams and the cache; at most
 `capacity` are kept, the least recently used dropped first (a smaller `capacity` bounds the memory, a larger one
-records less often when window shapes vary).
+records less often when window shapes vary). With every lane busy a round's key varies only in its windows' rows
+and kinds; the subsets of lanes that a filling or draining engine runs are passing keys, which the LRU drops.
 
 Every replay computes the bits the eager round computes: the same kernels, in the same order, on the same values
 (tests/test_graphs.py checks tokens and logits bytes with graphs on and off).
@@ -65,7 +70,7 @@ import os
 import numpy as np
 
 from tensorfold.device import graphs
-from tensorfold.model.rows import RoundInputs
+from tensorfold.model.rows import RoundInputs, RowMaps
 
 HEADROOM = 256  # key/value rows a buffer grows by at least before a recording: one new recording per 256 rows
 MAX_ROWS = 16  # a window's rows in a replayed round: the decode row and up to 15 drafted rows (the engine's max_draft)
@@ -83,6 +88,7 @@ def replays_decode_rounds(backend, graphs: bool | None = None) -> bool:
 class Recorded:
     graph: object  # tensorfold.device.graphs.Graph
     integers: object  # the round's [RoundInputs.ROWS, rows] int32 in pinned host memory, copied in by its first kernel
+    maps: object  # its trees' maps (`tree_maps`) in pinned host memory, copied in by its second kernel; or None
     logits: object  # the graph's output buffer: the logits [rows, vocab], every window's rows in order
     starts: list  # where each window's rows start in it, and the end (as Qwen35.forward_logits gives them)
     in_place: bool  # a one-row round, kept in the graph; else each window's keep runs eagerly from `records`
@@ -136,16 +142,18 @@ class DecodeGraphs:
 
     @staticmethod
     def key(windows: list, taps: tuple) -> tuple:
-        """A recording's key: its streams' settled buffers, each window's rows and parents (a tree's maps are in the
-        graph), and the taps."""
+        """A recording's key: its streams' settled buffers, each window's rows and whether they are a chain or a tree
+        (a tree's maps are the round's data), and the taps."""
         return (tuple(id(buffer) for win in windows for buffer in win.state.settled_buffers()),
-                tuple((len(win.ids), None if win.parents is None else tuple(win.parents)) for win in windows), taps)
+                tuple((len(win.ids), "chain" if win.parents is None else "tree") for win in windows), taps)
 
     def write_integers(self, recorded: Recorded, windows: list) -> None:
-        """The round's integers into the recording's host buffer, once its last replay has copied them out (in the
-        engine it has: that round's tokens came back, so the wait returns at once)."""
+        """The round's integers and its trees' maps into the recording's host buffers, once its last replay has
+        copied them out (in the engine it has: that round's tokens came back, so the wait returns at once)."""
         self.net.ops.synchronize()
         recorded.integers[...] = RoundInputs.table(windows)
+        if recorded.maps is not None:
+            recorded.maps[...] = tree_maps(windows)
 
     def _record(self, windows: list, taps: tuple) -> Recorded:
         """Record the forward of a decode round over a fixed input buffer, and a one-row round's in-place keep."""
@@ -155,11 +163,23 @@ class DecodeGraphs:
         table = ops.upload(np.zeros(shape, np.int32))
         in_place = all(len(win.ids) == 1 for win in windows)
         inputs = RoundInputs.on(ops, table, recorded=True, in_place=in_place)
+        trees = [win for win in windows if win.parents is not None]
+        maps = None
+        if trees:  # a tree reads its maps from a buffer each replay rewrites, as it does the integers
+            width = self.net.config.linear_conv_kernel_dim
+            maps, readable_maps = ops.mapped(tree_maps(windows).shape, np.int32)
+            device_maps, start = ops.upload(np.zeros(maps.shape, np.int32)), 0
+            for win in trees:
+                size = RowMaps.padded_size(len(win.ids), width)
+                win.maps = RowMaps.over(device_maps[start:start + size], len(win.ids), width)
+                start += size
         for win in windows:
-            win.maps  # uploaded before the recording (an upload cannot be recorded); the graph then holds them
+            win.maps  # a chain's uploaded before the recording (an upload cannot be recorded); the graph holds them
         try:
             with graphs.Recording(ops.stream) as recording:
                 ops.copy_into(table, readable)  # the kernels after it read device memory, not the host's, each time
+                if trees:
+                    ops.copy_into(device_maps, readable_maps)
                 logits, starts = self.net.forward_logits(windows, taps, inputs)
                 if in_place:
                     with ops.side_by_side(len(windows)) as lanes:
@@ -172,4 +192,9 @@ class DecodeGraphs:
             for win in windows:
                 win.state.records, win.state.window_rows = {}, 0
         self.recorded += 1
-        return Recorded(recording.graph, integers, logits, starts, in_place, records, features)
+        return Recorded(recording.graph, integers, maps, logits, starts, in_place, records, features)
+
+
+def tree_maps(windows: list) -> np.ndarray:
+    """The round's trees' index maps on the host, window after window (`RowMaps.padded`: a size set by the rows)."""
+    return np.concatenate([np.zeros(0, np.int32)] + [win.padded_maps for win in windows if win.parents is not None])

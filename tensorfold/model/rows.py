@@ -23,6 +23,28 @@ class RowMaps:
     path_slots: object  # [rows, deepest + 1] int32: row r's ancestors' slots, root first, then r
     conv_taps: object  # [rows, K] int32: row r's conv window, as rows of [conv tail; window inputs]
 
+    @staticmethod
+    def padded(parents, width: int) -> np.ndarray:
+        """A tree's maps as one int32 vector whose size depends on its rows n only (a recorded round rewrites it
+        each replay, whatever the tree's shape): depths [n], path_slots padded with zeros to [n, n], conv_taps
+        [n, width]. The padding is never read: of row r's slots the scan reads 0 .. depth(r) - 1 and attention
+        0 .. depth(r) (its keys past the stream's), and the conv reads conv_taps alone."""
+        slots = np.zeros((len(parents), len(parents)), np.int32)
+        table = paths.path_slots(parents)
+        slots[:, :table.shape[1]] = table
+        return np.concatenate([paths.depths(parents), slots.ravel(), paths.conv_taps(parents, width).ravel()])
+
+    @staticmethod
+    def padded_size(rows: int, width: int) -> int:
+        """The length of a `padded` vector of a tree of `rows` rows."""
+        return rows * (1 + rows + width)
+
+    @classmethod
+    def over(cls, vector, rows: int, width: int) -> "RowMaps":
+        """The maps as views of a `padded` vector of a tree of `rows` rows (on the backend)."""
+        return cls(vector[:rows], vector[rows:rows + rows * rows].reshape(rows, rows),
+                   vector[rows + rows * rows:].reshape(rows, width))
+
 
 _CHAIN_MAPS = weakref.WeakKeyDictionary()  # backend -> {rows: RowMaps}: a chain's maps depend only on its length
 
@@ -101,6 +123,11 @@ class Window:
                 chains[len(self.ids)] = self._build_maps()
             return chains[len(self.ids)]
         return self._build_maps()
+
+    @property
+    def padded_maps(self) -> np.ndarray:
+        """A tree's maps on the host, as `RowMaps.padded` lays them out."""
+        return RowMaps.padded(self.parent_rows, self.state.config.linear_conv_kernel_dim)
 
     def _build_maps(self) -> RowMaps:
         parents, ops = self.parent_rows, self.state.ops
