@@ -61,7 +61,8 @@ records less often when window shapes vary). With every lane busy a round's key 
 and kinds; the subsets of lanes that a filling or draining engine runs are passing keys, which the LRU drops.
 
 Every replay computes the bits the eager round computes: the same kernels, in the same order, on the same values
-(tests/test_graphs.py checks tokens and logits bytes with graphs on and off).
+(tests/test_graphs.py checks tokens and logits bytes with graphs on and off; tests/test_replay_reuse.py a lane's
+next request against a fresh stream, and trees of another shape against eager rounds).
 """
 import collections
 import dataclasses
