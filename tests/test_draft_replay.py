@@ -59,7 +59,8 @@ def target(request, on_gpu, tmp_path_factory):
 def drafter_model(target, on_gpu):
     """The embedded model's shipped drafter on the GPU; in the simulator a random one for the micro target."""
     if on_gpu:
-        return load_dflash(f"{target.path}/drafter", target)
+        yield load_dflash(f"{target.path}/drafter", target)
+        return
     from tensorfold.cuda import topk
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(topk, "THREADS", 8)  # narrow blocks keep the simulator quick (the twin reads the same constant)

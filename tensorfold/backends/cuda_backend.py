@@ -233,7 +233,7 @@ class CudaBackend:
             host[:] = values
         sampling.sample_launch(logits, *slots.device, out=slots.device_tokens, stream=self.stream)
         self.synchronize()
-        return slots.host_tokens.copy()
+        return slots.tokens()
 
     def topk(self, logits, k):
         """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""
@@ -255,6 +255,11 @@ class DrawSlots:
         pairs = [backend.mapped(rows, dtype) for dtype in self.DTYPES]
         self.host, self.device = [h for h, _ in pairs], [d for _, d in pairs]
         self.host_tokens, self.device_tokens = backend.mapped(rows, np.int32)
+
+    def tokens(self) -> np.ndarray:
+        """The tokens, once the draws are done: a copy of the pinned memory (the simulator's mapped array is a
+        device array, so there it is copied as one)."""
+        return self.host_tokens.copy_to_host() if SIMULATED else np.array(self.host_tokens)
 
 
 def as_int32(indices):
