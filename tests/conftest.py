@@ -119,6 +119,20 @@ def sim_lanes_config():
         linear_key_head_dim=4, linear_value_head_dim=4, tie_word_embeddings=True)
 
 
+def graph_model_for(request, on_gpu, tmp_path_factory, name: str, seed: int):
+    """A module's model on the `cuda` backend for the replay tests: the lane tests' model on the GPU; in the
+    simulator the micro lanes config, whose time goes to the head's GEMV, at the smallest vocabulary the tiny
+    tokenizer allows (263 ids)."""
+    if on_gpu:
+        return request.getfixturevalue("lanes_model")
+    request.getfixturevalue("simulated_module")
+    import tensorfold
+    from tensorfold.model.tiny import make_tiny
+    folder = str(tmp_path_factory.mktemp(name))
+    make_tiny(folder, seed=seed, fmt="hf", config=dataclasses.replace(sim_lanes_config(), vocab_size=264))
+    return tensorfold.load(folder, backend="cuda")
+
+
 @pytest.fixture(scope="session")
 def lanes_backend(request, on_gpu):
     """The backend of the lane tests: "cuda" under --gpu; without it "numpy", or with TENSORFOLD_TEST_LANES=sim

@@ -7,12 +7,10 @@ launches, each argument fixed when recorded: a round that would read a host valu
 leave a state where the next replay does not look, or keep rows from a graph's buffers past the next replay, gives
 different bits there as it would on a GPU. The planted controls show each.
 """
-import dataclasses
 
 import numpy as np
 import pytest
 
-import tensorfold
 from tensorfold.drafters import Drafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.cache import StreamState
@@ -22,17 +20,8 @@ from tensorfold.model.rows import Window
 
 @pytest.fixture(scope="module")
 def graph_model(request, on_gpu, tmp_path_factory):
-    """A model on the `cuda` backend: the lane tests' model on the GPU, the micro config in the simulator."""
-    if on_gpu:
-        return request.getfixturevalue("lanes_model")
-    request.getfixturevalue("simulated_module")
-    from conftest import sim_lanes_config
-
-    from tensorfold.model.tiny import make_tiny
-    folder = str(tmp_path_factory.mktemp("graphs"))
-    # The simulator's time goes to the head's GEMV: the smallest vocabulary the tiny tokenizer allows (263 ids).
-    make_tiny(folder, seed=3, fmt="hf", config=dataclasses.replace(sim_lanes_config(), vocab_size=264))
-    return tensorfold.load(folder, backend="cuda")
+    from conftest import graph_model_for
+    return graph_model_for(request, on_gpu, tmp_path_factory, "graphs", seed=3)
 
 
 PROMPTS = ([5, 17, 99, 3, 42, 7], [250, 8, 61])

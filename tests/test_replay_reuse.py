@@ -6,12 +6,10 @@ stream and an eager round compute; the planted controls show a stale lane and st
 Under --gpu the graphs are real on the lane tests' 0.8B-shaped model; without it the `cuda` backend runs in numba's
 CUDA simulator at the micro config, where a recorded argument is fixed as on a GPU (see tests/test_graphs.py).
 """
-import dataclasses
 
 import numpy as np
 import pytest
 
-import tensorfold
 from tensorfold.drafters import Drafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.cache import StreamState
@@ -22,16 +20,8 @@ from tensorfold.prompt_cache import PromptCache
 
 @pytest.fixture(scope="module")
 def graph_model(request, on_gpu, tmp_path_factory):
-    """A model on the `cuda` backend: the lane tests' model on the GPU, the micro config in the simulator."""
-    if on_gpu:
-        return request.getfixturevalue("lanes_model")
-    request.getfixturevalue("simulated_module")
-    from conftest import sim_lanes_config
-
-    from tensorfold.model.tiny import make_tiny
-    folder = str(tmp_path_factory.mktemp("reuse"))
-    make_tiny(folder, seed=5, fmt="hf", config=dataclasses.replace(sim_lanes_config(), vocab_size=264))
-    return tensorfold.load(folder, backend="cuda")
+    from conftest import graph_model_for
+    return graph_model_for(request, on_gpu, tmp_path_factory, "reuse", seed=5)
 
 
 # --- a lane's cache, reused by its next request ----------------------------------------------------------------
