@@ -15,8 +15,6 @@ on the target's backend. `BlockDrafter` turns the block's logits into a chain (e
 (best-first over each row's top k).
 """
 import dataclasses
-import heapq
-import itertools
 import math
 import os
 
@@ -28,6 +26,8 @@ from tensorfold.errors import CheckpointError, ConfigError, TensorfoldError
 from tensorfold.model.checkpoint import FLOAT_DTYPES, Linear, resolve, stored_tensors
 from tensorfold.model.config import ModelConfig, _check_positive_int, _is_int, _is_number, _require
 from tensorfold.model.files import read_json_object
+from tensorfold.drafters.replay import DraftGraphs, block_table, extend_table
+from tensorfold.drafters.trees import best_first_tree
 from tensorfold.model.replay import replays_decode_rounds
 from tensorfold.numerics.formats import bf16_to_f32
 
@@ -274,22 +274,6 @@ class DraftContext:
         self.positions = np.concatenate([self.positions, position + np.arange(rows)])
 
 
-def block_table(length: int, root_id: int, mask_id: int, rows: int, start: int) -> np.ndarray:
-    """A block's integers, int32 [4, rows]: its ids (the root, then masks), its positions (start on), each row's key
-    count (the context's `length` keys and the whole block's) and the cache rows its keys and values go to (right
-    after the context)."""
-    slots = np.arange(rows)
-    return np.array([[root_id] + [mask_id] * (rows - 1), start + slots, np.full(rows, length + rows),
-                     length + slots], np.int32)
-
-
-def extend_table(length: int, position: int, rows: int) -> np.ndarray:
-    """Committed rows' integers, int32 [2, rows]: their positions (position on) and the cache rows their keys and
-    values go to (the context's end on, `length`)."""
-    slots = np.arange(rows)
-    return np.array([position + slots, length + slots], np.int32)
-
-
 @dataclasses.dataclass
 class SavedContext:
     """A DraftContext's committed rows in host memory (what BlockDrafter.save returns)."""
@@ -407,44 +391,6 @@ class DFlashModel:
 
 # --- drafting ---------------------------------------------------------------------------------------------------------
 
-def best_first_tree(logprobs, ids, budget: int, chain_first: bool = False) -> tuple:
-    """The `budget` likeliest paths from the root as a tree: (ids, parents), parents[n] an earlier node or -1 for
-    the root. A node's score is the sum of the log-probabilities along its path, so its probability is the product of
-    the rows' marginals, and these probabilities summed over the tree estimate the tokens a round accepts.
-
-    logprobs and ids [depths, k] are each block row's top k, best first. Best-first search: the first candidate is
-    depth 0's best; adding a node offers its next sibling (same parent, next rank) and its first child (next depth,
-    rank 0); the best offered candidate is added next (ties: the one offered first). Scores only fall along a path,
-    so every node's parent is added before it. With `chain_first` the top-1 chain goes in first, whatever its scores.
-    """
-    logprobs = np.asarray(logprobs, np.float64)
-    depths, k = logprobs.shape
-    tokens, parents, offered, order = [], [], [], itertools.count()
-
-    def offer(depth, rank, parent, base):  # heap entry: (-score, offer order, depth, rank, parent, parent's score)
-        heapq.heappush(offered, (-(base + logprobs[depth, rank]), next(order), depth, rank, parent, base))
-
-    def add(entry):
-        minus_score, _, depth, rank, parent, base = entry
-        tokens.append(int(ids[depth][rank]))
-        parents.append(parent)
-        if rank + 1 < k:
-            offer(depth, rank + 1, parent, base)
-        if depth + 1 < depths:
-            offer(depth + 1, 0, len(tokens) - 1, -minus_score)
-
-    offer(0, 0, -1, 0.0)
-    if chain_first:  # node d of the chain is the first child of node d - 1
-        for depth in range(min(budget, depths)):
-            entry = next(e for e in offered if e[2:5] == (depth, 0, depth - 1))
-            offered.remove(entry)
-            heapq.heapify(offered)
-            add(entry)
-    while offered and len(tokens) < budget:
-        add(heapq.heappop(offered))
-    return tokens, parents
-
-
 class BlockDrafter(Drafter):
     """The drafter an engine calls: per stream a DraftContext that `observe` extends with committed rows, and one
     block forward per proposal. Chains take each row's argmax, trees a best-first tree over each row's top k.
@@ -463,7 +409,6 @@ class BlockDrafter(Drafter):
 
     def __init__(self, model: DFlashModel, shape: str = "chain", rows: int | None = None, chain_first: bool = False,
                  graphs: bool | None = None):
-        from tensorfold.drafters.replay import DraftGraphs  # (it builds on this module)
         rows = model.config.block_size if rows is None else rows
         if shape not in ("tree", "chain"):
             raise TensorfoldError(f"drafter shape {shape!r}: choose 'tree' or 'chain'")

@@ -38,7 +38,6 @@ import dataclasses
 import numpy as np
 
 from tensorfold.device import graphs
-from tensorfold.drafters.block import DFlashModel, DraftContext, block_table, extend_table
 
 
 @dataclasses.dataclass
@@ -48,11 +47,28 @@ class Recorded:
     outputs: tuple  # a proposal's (ids, log-probabilities) [rows - 1, k] on the device; () for an extend
 
 
+
+def block_table(length: int, root_id: int, mask_id: int, rows: int, start: int) -> np.ndarray:
+    """A block's integers, int32 [4, rows]: its ids (the root, then masks), its positions (start on), each row's key
+    count (the context's `length` keys and the whole block's) and the cache rows its keys and values go to (right
+    after the context)."""
+    slots = np.arange(rows)
+    return np.array([[root_id] + [mask_id] * (rows - 1), start + slots, np.full(rows, length + rows),
+                     length + slots], np.int32)
+
+
+def extend_table(length: int, position: int, rows: int) -> np.ndarray:
+    """Committed rows' integers, int32 [2, rows]: their positions (position on) and the cache rows their keys and
+    values go to (the context's end on, `length`)."""
+    slots = np.arange(rows)
+    return np.array([position + slots, length + slots], np.int32)
+
+
 class DraftGraphs:
     """Recorded proposals and extends of one drafter (on a backend that `can_record`), keyed by their contexts'
     buffers; at most `capacity`, the least recently used dropped first."""
 
-    def __init__(self, model: DFlashModel, capacity: int = 16):
+    def __init__(self, model, capacity: int = 16):
         self.model, self.ops, self.capacity = model, model.ops, capacity
         c = model.config
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
@@ -61,7 +77,7 @@ class DraftGraphs:
         # rope's frequencies are uploaded on first use, which a recording refuses: one eager rope uploads them now
         self.ops.rope(self.ops.zeros((1, 1, c.head_dim)), [0], c.head_dim, c.rope_theta)
 
-    def propose(self, context: DraftContext, root_id: int, rows: int, start: int, k: int) -> tuple:
+    def propose(self, context, root_id: int, rows: int, start: int, k: int) -> tuple:
         """ops.topk(model.block_logits(context, root_id, rows, start), k), from its recording: host (ids, logprobs)."""
         assert rows >= 2 and start >= context.next_position, f"a block of {rows} rows at {start}"
         self.model.reserve(context, rows)
@@ -74,7 +90,7 @@ class DraftGraphs:
         """Whether `extend` takes these rows (no more than the staging buffers hold)."""
         return features[0].shape[0] <= self.staging[0].shape[0]
 
-    def extend(self, context: DraftContext, features: list, position: int) -> None:
+    def extend(self, context, features: list, position: int) -> None:
         """model.extend(context, features, position), from its recording, for features of `fits` rows."""
         rows, staged = features[0].shape[0], self.staging[0].shape[0]
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
@@ -113,12 +129,12 @@ class DraftGraphs:
             outputs = work(table)
         return Recorded(recording.graph, integers, outputs)
 
-    def _record_proposal(self, context: DraftContext, rows: int, k: int) -> Recorded:
+    def _record_proposal(self, context, rows: int, k: int) -> Recorded:
         buffer_rows = context.keys[0].shape[0]  # the attention's chunks cover the whole buffer: key counts change
         return self._record((4, rows), lambda table: self.ops.topk_on_device(
             self.model.block(context, table, buffer_rows), k))
 
-    def _record_extend(self, context: DraftContext) -> Recorded:
+    def _record_extend(self, context) -> Recorded:
         def write(table):
             self.model.write_context(context, self.staging, table)
             return ()
