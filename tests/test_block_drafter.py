@@ -54,7 +54,7 @@ def run(model, prompts, drafter, parallel, sampling):
 def test_auto_drafts_only_where_a_drafted_round_pays(model, monkeypatch, tmp_path):
     """"auto" drafts only on a GPU with CUDA graphs off: there with the model's own block drafter (the n-gram
     drafter for a model without one). With graphs on, a drafted round still costs more than the tokens it adds
-    (its proposal and keep run eagerly); on the twins a round's cost grows with its rows: no drafter. The GPU's
+    (its keep runs eagerly, and new window lengths are recorded); on the twins a round's cost grows with its rows: no drafter. The GPU's
     cases run on any backend, through a stand-in that says it is on cuda."""
     def on_cuda(path):
         return SimpleNamespace(path=str(path), backend=SimpleNamespace(name="cuda", can_record=True))
