@@ -1,0 +1,83 @@
+"""Where a cold prefill of Qwen3.5-2B's shapes spends its time, on the cuda backend: the whole prompt at several
+chunk sizes, then one forward of a chunk with every backend call timed alone (the stream drained before and after
+each, so a call's time is its host work plus its device work), and how long the host takes to issue a chunk against
+how long the device takes to finish it.
+
+    python3 tools/profile_prefill.py [--length 2048] [--chunks 512,1024,2048] [--json out.json]
+
+It writes bench's random 2B checkpoint into ~/.cache/tensorfold/bench (or --cache) first, as `tensorfold bench`
+does. The figures and what they showed are in docs/performance.rst, "Where the time goes".
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+
+import tensorfold
+import tensorfold.api as api
+from tensorfold.cli.bench.checkpoint import checkpoint_folder, default_cache
+from tensorfold.cli.bench.timing import TimingBackend
+
+
+def prefill_seconds(model, ids, chunk):
+    """Wall time of a cold prefill of `ids` in chunks of `chunk` rows, to the last row's logits on the host."""
+    api.PROMPT_CHUNK = chunk
+    state = model.net.new_state()
+    model.backend.synchronize()
+    started = time.perf_counter()
+    model.backend.to_host(model.prefill(ids, state))
+    return time.perf_counter() - started
+
+
+def ops_of_chunk(model, ids):
+    """One forward of `ids` from a fresh state with every backend call timed alone: (op, calls, ms), slowest first."""
+    net, real = model.net, model.net.ops
+    timer = net.ops = TimingBackend(real)
+    try:
+        net.forward(ids, net.new_state(), "last")
+        real.synchronize()
+    finally:
+        net.ops = real
+    return sorted(((op, timer.counts[op], 1000 * s) for op, s in timer.seconds.items()), key=lambda row: -row[2])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--length", type=int, default=2048)
+    p.add_argument("--chunks", type=lambda s: [int(c) for c in s.split(",")], default=[512, 1024, 2048])
+    p.add_argument("--cache", default=None)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    model = tensorfold.load(checkpoint_folder("2B", 0, args.cache or default_cache()), backend="cuda")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, model.config.vocab_size, args.length).tolist()
+    results = {"length": args.length, "prefill": {}, "ops": {}}
+    for chunk in args.chunks:
+        prefill_seconds(model, ids[:chunk + 8], chunk)  # warm-up: every kernel of this chunk shape compiled
+        seconds = min(prefill_seconds(model, ids, chunk) for _ in range(2))
+        results["prefill"][chunk] = seconds
+        print(f"chunk {chunk:5d}: {args.length} tokens in {seconds * 1000:.1f} ms, {args.length / seconds:,.1f} tok/s")
+    for chunk in args.chunks:
+        ops = results["ops"][chunk] = ops_of_chunk(model, ids[:chunk])
+        print(f"one chunk of {chunk} rows, every call timed alone: {sum(ms for _, _, ms in ops):.1f} ms")
+        for op, calls, ms in ops:
+            print(f"  {op:24s} {calls:5d} calls {ms:9.2f} ms")
+    chunk = args.chunks[0]
+    state = model.net.new_state()
+    model.backend.synchronize()
+    started = time.perf_counter()
+    model.net.forward(ids[:chunk], state, "last")
+    issued = time.perf_counter() - started
+    model.backend.synchronize()
+    done = time.perf_counter() - started
+    results["issued_ms"], results["done_ms"] = 1000 * issued, 1000 * done
+    print(f"a chunk of {chunk} rows: the host returns after {issued * 1000:.1f} ms, the device is done after "
+          f"{done * 1000:.1f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
