@@ -85,10 +85,15 @@ def quantize_x(x, group_size):
 
 
 def affine_codes(packed, bits):
-    """The codes of packed MLX words [out, K * bits / 32], float64 [out, K] (element 0 of a word in its low bits)."""
-    shifts = np.arange(32 // bits, dtype=np.uint32) * np.uint32(bits)
-    codes = (packed[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)
-    return codes.reshape(len(packed), -1).astype(np.float64)
+    """The codes of packed MLX words [out, K * bits / 32], float64 [out, K] (element 0 of a word in its low bits):
+    the words' bytes in memory order (little-endian), each byte one 8-bit code or two 4-bit codes, the low nibble
+    first."""
+    data = np.ascontiguousarray(packed, dtype="<u4").view(np.uint8)  # [out, K * bits / 8]
+    if bits == 8:
+        return data.astype(np.float64)
+    codes = np.empty((len(packed), 2 * data.shape[1]), np.float64)
+    codes[:, 0::2], codes[:, 1::2] = data & 15, data >> 4
+    return codes
 
 
 def gemm_affine(x, packed, scales, biases, bits, group_size):
