@@ -27,8 +27,10 @@ class KeepPolicy:
     """The deferred keep. With `late`, the DeltaNet rows a stream keeps from a drafted window are not applied to
     its state at once: they wait in the stream's pending buffer, and the next scan, which loads the state anyway,
     replays them first. The state is written back at a one-row window, at a prompt chunk, when `threshold` rows
-    are pending, or when a kept path does not fit in the `capacity` left. Replaying uses the scan's own fp32 steps
-    in the same order, so every output keeps its bits; on a GPU it saves a state write per drafted round."""
+    are pending, when a kept path does not fit in the `capacity` left, or when the path is not the window's first
+    rows (a tree's branch: its log rows would be gathered one by one, where the immediate keep reads them in
+    place). Replaying uses the scan's own fp32 steps in the same order, so every output keeps its bits; on a GPU it
+    saves a state write per drafted round."""
     late: bool = True
     threshold: int = 24
     capacity: int = 48
@@ -186,27 +188,23 @@ class StreamState:
         moved along the path, and a tree path's key/value rows moved from length + slot to length + depth."""
         n, rows = len(path), self.window_rows
         p, ops = self.policy, self.ops
-        defer = p.late and not write_back and rows > 1 and self.pending_rows + n <= p.capacity
+        prefix = path == list(range(n))  # a chain's kept rows, or a tree path along its first rows
+        defer = p.late and not write_back and rows > 1 and self.pending_rows + n <= p.capacity and prefix
         to_last_row = n > 0 and path[-1] == rows - 1  # the scan's final state and the conv's new tail are this path's
         for i, record in self.records.items():
             if n == 0:
                 continue
             if defer:
-                self._pend(i, tuple(self._rows(part, path) for part in record.log))
+                self._pend(i, tuple(part[:n] for part in record.log))
             elif to_last_row:
                 self.recurrent[i] = record.after  # record.before already had the pending rows replayed
             else:
                 self.recurrent[i] = ops.deltanet_apply(record.before, record.log, path)
             self.conv_tail[i] = record.new_tail if to_last_row else self._tail_after(record, path)
-        if path != list(range(n)):  # a tree's path: its rows were written at length + slot
+        if not prefix:  # a tree's path: its rows were written at length + slot
             for i in self.keys:
                 self.keys[i], self.values[i] = ops.kv_compact(self.keys[i], self.values[i], self.length, path)
         self._committed(n, defer)
-
-    def _rows(self, part, path):
-        """The rows `path` of a log part, in order (a chain's prefix as a slice)."""
-        return part[:len(path)] if path == list(range(len(path))) else self.ops.concat_rows(
-            [part[r:r + 1] for r in path])
 
     def _tail_after(self, record: DeltaNetRecord, path: list):
         """The conv tail after keeping `path`: its last K - 1 inputs, running on into the window's old tail."""
