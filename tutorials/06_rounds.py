@@ -216,8 +216,9 @@ check(late.nbytes - net.new_state(policy=KeepPolicy(late=False)).nbytes == 48 * 
 #   at its start, so that state is stored and the buffer empties;
 # * a prompt chunk is kept (``keep(n, write_back=True)``), in the same way;
 # * the buffer reaches ``threshold`` rows (24): ``land()`` replays them into the states;
-# * a kept path does not fit in the ``capacity`` left (48 rows): the state is written at once, from the window's
-#   starting state, which already had the pending rows replayed;
+# * a kept path does not fit in the ``capacity`` left (48 rows), or is a tree's branch rather than the window's
+#   first rows: the state is written at once, from the window's starting state, which already had the pending
+#   rows replayed;
 # * a snapshot is taken for the prompt cache: ``Snapshot`` lands the rows before it copies the state, and a
 #   restore drops whatever the target stream had pending.
 #
@@ -348,8 +349,9 @@ for r in range(len(parents)):
 # Keeping a path
 # --------------
 # Verification walks from the root to the child whose token the model picked at each row; say it accepted row 1,
-# then row 4. ``keep_path([0, 1, 4])`` replays the path's logged DeltaNet rows (or, under the deferred keep, puts
-# them in the pending buffer), moves the conv tail along the path (its last 3 inputs), and compacts the attention
+# then row 4. ``keep_path([0, 1, 4])`` replays the path's logged DeltaNet rows (a path that is not the window's
+# first rows lands at once, even under the deferred keep: its rows would have to be gathered one by one into the
+# pending buffer), moves the conv tail along the path (its last 3 inputs), and compacts the attention
 # cache: the path's key and value rows move from length + slot to length + depth, in increasing depth. That order
 # is safe in place because slots rise along a path and slot >= depth: each move reads a row no earlier move wrote.
 #
