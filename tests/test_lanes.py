@@ -369,6 +369,7 @@ def test_tree_rows_equal_one_row_steps_along_their_ancestors(model, late, commit
     path = window.ancestors(12)[::-1] + [12]
     state.keep_path(path)
     assert state.length == committed + len(path)
+    assert state.pending_rows == 0  # a branch, not the window's first rows, lands at once under either policy
     expected_step = steps_after_prompt([ids[r] for r in path] + [9])[-1:]
     assert host(model, model.net.forward([9], state)).tobytes() == expected_step.tobytes()
 
