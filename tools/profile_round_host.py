@@ -1,7 +1,8 @@
-"""The host's side of one-stream decode rounds: cProfile over undrafted rounds of the embedded model (replayed from
-recordings on the cuda backend), the functions that take the most time by their own time and with what they call.
+"""The host's side of one-stream decode rounds: cProfile over rounds of the embedded model (replayed from recordings on
+the cuda backend), undrafted or drafted by its block drafter, the functions that take the most time by their own
+time and with what they call.
 
-    python3 tools/profile_round_host.py [--backend cuda] [--rounds 400] [--top 25]
+    python3 tools/profile_round_host.py [--backend cuda] [--rounds 400] [--draft none|chain|tree] [--top 25]
 
 The rounds' wall time is printed beside the profile's, so what the profiler adds can be seen. docs/performance.rst,
 "Where the time goes", has what it showed.
@@ -12,7 +13,10 @@ import io
 import pstats
 import time
 
+import os
+
 import tensorfold
+from tensorfold.drafters import Drafter, make_drafter
 from tensorfold.engine import Engine, SamplingParams
 
 
@@ -20,11 +24,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="cuda", choices=("cuda", "numpy"))
     p.add_argument("--rounds", type=int, default=400)
+    p.add_argument("--draft", default="none", choices=("none", "chain", "tree"))
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()
     model = tensorfold.load(backend=args.backend)
-    engine = Engine(model, parallel=1, context=2 * args.rounds + 64)
-    params = SamplingParams(max_tokens=2 * args.rounds + 32, draft=False, stop_ids=())
+    drafting = args.draft != "none"
+    drafter = make_drafter(os.path.join(model.path, "drafter"), model, args.draft) if drafting else Drafter()
+    tokens = (16 if drafting else 1) * (2 * args.rounds + 16) + 32  # a drafted round yields up to 16 tokens
+    engine = Engine(model, parallel=1, drafter=drafter, context=tokens + 32)
+    params = SamplingParams(max_tokens=tokens, draft=drafting, stop_ids=())
     engine.submit(model.tokenizer.encode("ROMEO:\n"), params)
     for _ in range(16):  # the prompt, the recording and the kernels' compilation
         engine.run_round()
