@@ -207,7 +207,16 @@ class StreamState:
         self._committed(n, defer)
 
     def _tail_after(self, record: DeltaNetRecord, path: list):
-        """The conv tail after keeping `path`: its last K - 1 inputs, running on into the window's old tail."""
+        """The conv tail after keeping `path`: its last K - 1 inputs, running on into the window's old tail. Runs of
+        consecutive rows of one array are taken as slices, so a chain that kept K - 1 rows or more gets a view of
+        its inputs (no copy: `settle` copies it home before a replay, as it does the scan's new tail)."""
         history = record.tail.shape[0]
         last = ([(record.tail, s) for s in range(history)] + [(record.inputs, r) for r in path])[-history:]
-        return self.ops.concat_rows([rows[s:s + 1] for rows, s in last])
+        runs = []  # [array, first row, end row] of consecutive rows of one array
+        for rows, s in last:
+            if runs and runs[-1][0] is rows and runs[-1][2] == s:
+                runs[-1][2] = s + 1
+            else:
+                runs.append([rows, s, s + 1])
+        parts = [rows[first:end] for rows, first, end in runs]
+        return parts[0] if len(parts) == 1 else self.ops.concat_rows(parts)
