@@ -22,7 +22,7 @@ from tensorfold.cli.bench.timing import TimingBackend
 
 def prefill_seconds(model, ids, chunk):
     """Wall time of a cold prefill of `ids` in chunks of `chunk` rows, to the last row's logits on the host."""
-    api.PROMPT_CHUNK = chunk
+    api.PROMPT_CHUNK = chunk  # Model.prefill reads the module's constant at each call
     state = model.net.new_state()
     model.backend.synchronize()
     started = time.perf_counter()

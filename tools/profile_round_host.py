@@ -10,10 +10,9 @@ The rounds' wall time is printed beside the profile's, so what the profiler adds
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import time
-
-import os
 
 import tensorfold
 from tensorfold.drafters import Drafter, make_drafter

@@ -38,11 +38,10 @@ must be out of them before then: the late keep's pending rows (views of the scan
 state or tail that a keep pointed at the graph's (`recurrent[i] = record.after`) is copied home by `settle`, a tree's
 kept rows are in the stream's own key/value buffers (`kv_compact` moves them there, in place, eagerly), and a kept
 conv tail is the graph's new tail or a slice of the window's conv inputs in the graph (both copied home by `settle`),
-or a new array. Step 1 runs for every stream of the round,
-and the engine puts every stream in every round, so no stream can reach a replay holding a graph's buffer. The
-logits (one row per window row, in order) and a block drafter's tapped features are the graph's output buffers too,
-which the engine reads within the round: the sampling reads the logits, and the drafter's `observe` projects the
-features into its own context before the round ends.
+or a new array. Step 1 runs for every stream of the round, and the engine puts every stream in every round, so no
+stream can reach a replay holding a graph's buffer. The logits (one row per window row, in order) and a block
+drafter's tapped features are the graph's output buffers too, which the engine reads within the round: the sampling
+reads the logits, and the drafter's `observe` projects the features into its own context before the round ends.
 
 A recording is keyed by the identity of its streams' cache buffers, in order (`StreamState.settled_buffers`: once
 settled, a stream's own DeltaNet states and conv tails never change, so the first stands for them all, and then its
