@@ -27,7 +27,7 @@ import numpy as np
 from tensorfold.drafters.base import Drafter
 from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
-from tensorfold.model.replay import DecodeGraphs, replays_decode_rounds
+from tensorfold.model.replay import MAX_ROWS, DecodeGraphs, replays_decode_rounds
 from tensorfold.model.rows import Window
 from tensorfold.sampling import (SamplingParams, TokenHistory, is_integer, log_probabilities, process_logits,
                                  prompt_log_probabilities)
@@ -221,6 +221,8 @@ class Engine:
                 self._after(stream, window, draw)
             except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
                 self._finish(stream, "error", error)
+        if self.graphs is not None:
+            self.graphs.keep_round()  # a replayed drafted round's keeps, recorded: one replay for every stream
         self.rounds += 1
         return True
 
@@ -293,7 +295,11 @@ class Engine:
         return self.lanes[-1]
 
     def _window(self, stream: Stream) -> Window:
-        """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain."""
+        """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain or tree.
+        When rounds replay from recordings, a drafted window is padded to 1 + max_draft rows (each padding row
+        follows the row before it): a drafter's shorter proposal, near a request's end or from the n-gram drafter,
+        then replays the round it recorded instead of recording a new one. A row's bits do not depend on the rows
+        after it, and the walk and the keep never reach the padding."""
         prompt = stream.request.prompt
         if stream.prompt_fed < len(prompt):
             rows = prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
@@ -304,9 +310,14 @@ class Engine:
         drafts, parents = self.drafter.propose_tree(stream.tokens, room, stream.draft_state) \
             if request.params.draft and room > 0 else ([], [])
         ids = [stream.next_token] + list(drafts)
-        if list(parents) == list(range(-1, len(drafts) - 1)):
-            return Window(stream.state, ids, "all")  # a chain
-        return Window(stream.state, ids, "all", parents=[-1] + [p + 1 for p in parents])
+        parents = [-1] + [p + 1 for p in parents]
+        padding = 0
+        if drafts and self.graphs is not None:  # one recorded shape, however many rows the drafter gave this time
+            padding = max(0, min(1 + self.max_draft, MAX_ROWS, self.context - stream.state.length) - len(ids))
+            ids, parents = ids + [ids[-1]] * padding, parents + list(range(len(ids) - 1, len(ids) - 1 + padding))
+        if parents == list(range(-1, len(ids) - 1)):
+            return Window(stream.state, ids, "all", padding=padding)  # a chain
+        return Window(stream.state, ids, "all", parents=parents, padding=padding)
 
     def _after(self, stream: Stream, window: Window, draw) -> None:
         """Keep the accepted rows and hand out the new tokens (`draw(row)`: the model's token at a row)."""
@@ -322,7 +333,7 @@ class Engine:
             if stream.prompt_fed == len(request.prompt):
                 self._emit(stream, draw(-1))  # the chunk's last row
             return
-        drafts = window.ids[1:]
+        drafts = window.ids[1:window.used]
         request.stats.drafted += len(drafts)
         if drafts:
             request.stats.draft_rounds += 1
@@ -343,7 +354,8 @@ class Engine:
     def _walk_tree(self, stream: Stream, window: Window, draw) -> None:
         """Verify a tree: from the root, follow the child whose token equals the model's own token at that row."""
         request = stream.request
-        children = {r: [c for c, parent in enumerate(window.parents) if parent == r] for r in range(len(window.ids))}
+        children = {r: [c for c, parent in enumerate(window.parents[:window.used]) if parent == r]
+                    for r in range(window.used)}
         path, row = [0], 0
         while True:
             token = draw(row)

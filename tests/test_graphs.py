@@ -149,17 +149,21 @@ KEEPS = ((3, [0, 1, 3]), (2, [0, 2]), (1, [0]))
 TAPS = (0,)  # a block drafter's: the features of layer 0, which live in the graph's buffers too
 
 
-def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: list | None = None) -> list:
+def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: list | None = None,
+            eager_first: int = 0) -> list:
     """Feed each prompt, then `rounds` rounds of both streams together: stream 0's window its greedy token and a
     2-row chain, stream 1's its greedy token and three made-up rows in round n's tree; then each keeps the rows KEEPS
-    says. Returns the logits and tapped features bytes of every round, stream by stream; with `held`, appends the
-    tapped feature arrays of each round to it."""
+    says (a replayed round's keeps applied by its recorded keep). Returns the logits and tapped features bytes of
+    every round, stream by stream; with `held`, appends the tapped feature arrays of each round to it. The first
+    `eager_first` rounds run eagerly even with `graphs` (an eager chain's kept rows wait, pending, for the next
+    scan)."""
     net, (states, tokens) = model.net, prompted(model)
     seen = []
-    for tree, (chain_keep, path) in list(zip(TREES, KEEPS))[:rounds]:
+    for n, (tree, (chain_keep, path)) in enumerate(list(zip(TREES, KEEPS))[:rounds]):
         windows = [Window(states[0], [tokens[0], (tokens[0] + 1) % 200, (tokens[0] + 2) % 200]),
                    Window(states[1], [tokens[1]] + [(tokens[1] + 3 * r) % 200 for r in (1, 2, 3)], parents=tree)]
-        if graphs is not None:
+        replayed = graphs is not None and n >= eager_first
+        if replayed:
             logits, starts = graphs.run(windows, TAPS)
         else:
             logits, starts = net.forward_logits(windows, TAPS)
@@ -170,6 +174,8 @@ def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: 
             held.append([f for win in windows for f in win.features])
         states[0].keep(chain_keep)
         states[1].keep_path(path)
+        if replayed:
+            graphs.keep_round()
         seen.append(b"".join(r.tobytes() for r in rows) + features)
         tokens = [int(np.argmax(rows[0][chain_keep - 1])), int(np.argmax(rows[1][path[-1]]))]
     return seen
@@ -191,12 +197,24 @@ def test_drafted_rounds_equal_eager_rounds(graph_model, eager_drafted):
     assert first_now != eager_drafted[0][-len(first_now):]  # round 1's features, read after round 2's replay
 
 
-def test_control_pending_rows_left_for_the_next_replay_are_caught(graph_model, eager_drafted, monkeypatch):
-    """Control: a replay that does not land the kept rows pending from the round before (views of the graph's
-    log) differs."""
-    monkeypatch.setattr(StreamState, "land", lambda self: None)
+def test_control_a_replayed_round_whose_keep_is_not_replayed_is_caught(graph_model, eager_drafted, monkeypatch):
+    """Control: without its recorded keep, a replayed round's kept rows never reach the streams' states."""
+    monkeypatch.setattr(DecodeGraphs, "keep_round", lambda self: None)
     got = drafted(graph_model, DecodeGraphs(graph_model.net), rounds=2)
     assert got[0] == eager_drafted[0] and got[1] != eager_drafted[1]
+
+
+def test_an_eager_round_then_replays_equal_eager_rounds(graph_model, eager_drafted):
+    """An eager round's pending rows (the late keep's) are landed before the first replay."""
+    assert drafted(graph_model, DecodeGraphs(graph_model.net), eager_first=1) == eager_drafted
+
+
+def test_control_pending_rows_left_for_the_next_replay_are_caught(graph_model, eager_drafted, monkeypatch):
+    """Control: a replay that does not land the kept rows pending from the eager round before would record their
+    replay into its scan; its recorded keep, which writes the stream's own state, refuses to be recorded."""
+    monkeypatch.setattr(StreamState, "land", lambda self: None)
+    with pytest.raises(AssertionError, match="own state"):
+        drafted(graph_model, DecodeGraphs(graph_model.net), rounds=2, eager_first=1)
 
 
 def test_control_a_tree_reading_the_recorded_length_is_caught(graph_model, on_gpu, monkeypatch):
@@ -254,14 +272,17 @@ class Oracle(Drafter):
 ENGINE_PROMPTS = (PROMPTS[0], PROMPTS[1] + PROMPTS[0][:2])
 
 
-def engine_outputs(model, drafter, graphs: bool, capacity: int = 2):
-    """Both requests of ENGINE_PROMPTS (5 greedy tokens each) through one engine, and the engine."""
+def engine_outputs(model, drafter, graphs: bool, capacity: int = 2, caches: list | None = None):
+    """Both requests of ENGINE_PROMPTS (5 greedy tokens each) through one engine, and the engine; with `caches`,
+    appends `caches_bytes` after every round to it."""
     engine = Engine(model, parallel=2, chunk=8, context=64, drafter=drafter, max_draft=4, graphs=graphs)
     if engine.graphs is not None:
         engine.graphs.capacity = capacity
     submitted = [engine.submit(prompt, SamplingParams(max_tokens=5)) for prompt in ENGINE_PROMPTS]
     while any(r.finish_reason is None for r in submitted):
         engine.run_round()
+        if caches is not None:
+            caches.append(caches_bytes(engine))
     return [r.output for r in submitted], engine
 
 
@@ -271,17 +292,45 @@ def undrafted(graph_model):
     return engine_outputs(graph_model, Drafter(), graphs=False)[0]
 
 
-def test_engine_drafted_replays_equal_undrafted_eager(graph_model, undrafted):
-    """The engine, graphs on, drafting chains and trees against an oracle: the undrafted eager tokens, from drafted
-    rounds replayed (each round after the prompts), with at most `capacity` recordings held."""
+def caches_bytes(engine) -> list:
+    """Each active stream's cache after a round: DeltaNet states (with any pending rows replayed, the lane left as it
+    is), conv tails, committed keys and values. (A stream whose request ended leaves; a replayed one-row round has
+    already written its state, an eager one has not, and its lane is reset before it serves again.)"""
+    seen = []
+    for stream in engine.active:
+        state = stream.state
+        arrays = [*(state.scan_start(i) for i in state.recurrent), *state.conv_tail.values(),
+                  *(k[:state.length] for k in state.keys.values()), *(v[:state.length] for v in state.values.values())]
+        seen.append(b"".join(engine.model.backend.to_host(a).tobytes() for a in arrays))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def eager_drafted_caches(graph_model, undrafted):
+    """The caches after every round of the same drafted requests, eager: the keeps of the same walks, on the host."""
     oracle = Oracle({tuple(p): out for p, out in zip(ENGINE_PROMPTS, undrafted)})
-    outputs, engine = engine_outputs(graph_model, oracle, graphs=True)
+    caches = []
+    engine_outputs(graph_model, oracle, graphs=False, caches=caches)
+    return caches
+
+
+def test_engine_drafted_replays_equal_undrafted_eager(graph_model, undrafted, eager_drafted_caches):
+    """The engine, graphs on, drafting chains and trees against an oracle: the undrafted eager tokens, from drafted
+    rounds replayed (each round after the prompts), with at most `capacity` recordings held; after every round the
+    streams' caches (what the recorded keeps wrote) equal the eager engine's after the same walks."""
+    oracle = Oracle({tuple(p): out for p, out in zip(ENGINE_PROMPTS, undrafted)})
+    caches = []
+    outputs, engine = engine_outputs(graph_model, oracle, graphs=True, caches=caches)
     assert outputs == undrafted
     assert engine.graphs.replayed == engine.rounds - 1 and len(engine.graphs.recordings) <= 2
+    assert caches == eager_drafted_caches
 
 
-def test_control_engine_replays_with_pending_rows_left_are_caught(graph_model, undrafted, monkeypatch):
-    """Control: the same engine run, its replays not landing the kept rows pending from the round before."""
-    monkeypatch.setattr(StreamState, "land", lambda self: None)
+def test_control_engine_replays_without_their_recorded_keeps_are_caught(graph_model, undrafted, eager_drafted_caches,
+                                                                        monkeypatch):
+    """Control: the same engine run, its drafted replays' recorded keeps never replayed."""
+    monkeypatch.setattr(DecodeGraphs, "keep_round", lambda self: None)
     oracle = Oracle({tuple(p): out for p, out in zip(ENGINE_PROMPTS, undrafted)})
-    assert engine_outputs(graph_model, oracle, graphs=True)[0] != undrafted
+    caches = []
+    engine_outputs(graph_model, oracle, graphs=True, caches=caches)
+    assert caches != eager_drafted_caches

@@ -112,6 +112,8 @@ def trees(model, graphs: DecodeGraphs | None) -> list:
         logits, _ = graphs.run(windows) if graphs is not None else model.net.forward_logits(windows)
         rows = model.backend.to_host(logits)
         state.keep_path(path)
+        if graphs is not None:
+            graphs.keep_round()
         seen.append(rows.tobytes())
         token = int(np.argmax(rows[path[-1]]))
     return seen

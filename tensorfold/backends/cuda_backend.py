@@ -156,8 +156,11 @@ class CudaBackend:
         return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, depths, path_slots, in_place, out=out,
                                              stream=self.stream)
 
-    def deltanet_apply(self, state, log, path):
-        return deltanet.deltanet_apply_launch(state, log, path, stream=self.stream)
+    def deltanet_apply(self, state, log, path, in_place=False):
+        return deltanet.deltanet_apply_launch(state, log, path, in_place=in_place, stream=self.stream)
+
+    def conv_tail_after(self, tail, inputs, path):
+        return conv.conv_tail_after_launch(tail, inputs, path, stream=self.stream)
 
     def rope(self, x, positions, rotary_dim, theta):
         return rotary.rope_launch(x, self._device(as_int32(positions)), rotary_dim, theta, stream=self.stream)

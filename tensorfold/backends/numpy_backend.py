@@ -83,6 +83,14 @@ class NumpyBackend:
         rows, after, log = deltanet.deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)
         return written(out, rows), written(state if in_place else None, after), log
 
+    def deltanet_apply(self, state, log, path, in_place=False):
+        """The twin; `in_place`, the new state written over `state`."""
+        return written(state if in_place else None, deltanet.deltanet_apply(state, log, path))
+
+    def conv_tail_after(self, tail, inputs, path):
+        """The twin, written over `tail`."""
+        return written(tail, conv.conv_tail_after(tail, inputs, path))
+
     def attention_merge(self, m, l, o, out=None, gate=None):
         return written(out, attention.attention_merge(m, l, o, gate))
 
@@ -95,7 +103,6 @@ class NumpyBackend:
     add_rmsnorm = staticmethod(norm.add_rmsnorm)
     rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
     scan_inputs = staticmethod(deltanet.scan_inputs)
-    deltanet_apply = staticmethod(deltanet.deltanet_apply)
     rope = staticmethod(rotary.rope)
     norm_rope = staticmethod(rotary.norm_rope)
     kv_compact = staticmethod(attention.kv_compact)

@@ -7,7 +7,8 @@ in any of its forms. Shapes name the round's rows, the query heads Hq and key/va
 hd), the DeltaNet's key heads nk (width dk) and value heads nv (width dv), its conv's channels C and width K, and
 the vocabulary V. Where a method takes `out`, its result is written into that array (a round's rows, window by
 window); where it takes `in_place`, the new state or tail is written over the one it read (a recorded round, whose
-replays must find it at the same address).
+replays must find it at the same address). A kept `path` is a host list of window rows, or on a device backend
+int32 on the device that its first negative entry ends (`paths.until_end`: a recorded keep's).
 """
 from typing import Protocol
 
@@ -55,13 +56,16 @@ class Ops(Protocol):
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         """(out [rows, C], new tail [K - 1, C]): inputs [rows, C] after tail, by weight [C, K], along taps [rows, K]."""
 
+    def conv_tail_after(self, tail, inputs, path):
+        """tail [K - 1, C] overwritten by the tail after keeping the window rows `path` of inputs [rows, C]."""
+
     def scan_inputs(self, conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
         """(q, k [rows, heads, dk] L2-normed, v [rows, C - 2 heads dk], decay, beta [rows, nv]) from conv [rows, C]."""
 
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         """(out [rows, nv, dv], state after the last row [nv, dk, dv], log) of the gated delta rule, chain or tree."""
 
-    def deltanet_apply(self, state, log, path):
+    def deltanet_apply(self, state, log, path, in_place=False):
         """The state [nv, dk, dv] after replaying the scan log's rows `path` (in order) from `state`."""
 
     # --- attention ------------------------------------------------------------------------------------------------

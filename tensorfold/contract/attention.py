@@ -6,7 +6,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import off_by, roll, swap_rows
+from tensorfold.contract.controls import off_by, padding_read, roll, swap_rows
 from tensorfold.cuda.attention import (
     CHUNK,
     attention_merge,
@@ -142,6 +142,8 @@ def _compact_cases(mode, rng):
                       {"keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
                        "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
                        "committed": committed, "path": path}))
+    last = cases[-1][1]  # the same path padded with -1 to its window's rows, as a recorded keep reads it
+    cases.append((cases[-1][0] + " padded", {**last, "path": paths.padded_path(last["path"], len(shapes[-1][3]))}))
     return cases
 
 
@@ -174,7 +176,10 @@ def _compact_twin(keys, values, committed, path):
 
 
 def _compact_on_device(keys, values, committed, path):
-    return to_host(kv_compact_launch(cuda.to_device(keys), cuda.to_device(values), committed, path))
+    """The length and the path as a recorded keep gives them: int32 on the device."""
+    return to_host(kv_compact_launch(cuda.to_device(keys), cuda.to_device(values),
+                                     cuda.to_device(np.array([committed], np.int32)),
+                                     cuda.to_device(np.asarray(path, np.int32))))
 
 
 def _depth_off_by_one(inputs):
@@ -199,5 +204,6 @@ CONTRACT = [
                 kernels=(kv_write_kernel,)),
     KernelCheck("kv_compact", _compact_twin, _compact_on_device, _compact_cases,
                 {"committed off by one": off_by("committed"), "a row's depth off by one": _depth_off_by_one,
-                 "two path rows swapped": swap_rows("path", a=-2, b=-1)}, kernels=(kv_compact_kernel,)),
+                 "two path rows swapped": swap_rows("path", a=-2, b=-1),
+                 "a padding entry read as a row": padding_read("path")}, kernels=(kv_compact_kernel,)),
 ]

@@ -39,6 +39,18 @@ def drop_row(*names, row=-1):
     return plant
 
 
+def padding_read(name):
+    """A padded path's first -1 read as row 0 (None for a path without padding): a kernel that runs past its end."""
+    def plant(inputs):
+        path = np.array(inputs[name], np.int32)
+        ends = np.flatnonzero(path < 0)
+        if not len(ends):
+            return None
+        path[ends[0]] = 0
+        return {**inputs, name: path}
+    return plant
+
+
 def roll(name, axis=1):
     """Input `name` rolled by one place along `axis`, so each entry is read from its neighbour's: a column (an id,
     a group, a head) off by one. None where the input is absent or that axis holds one entry."""

@@ -1,10 +1,12 @@
-"""The checks of conv.py: the causal conv of chains and trees, and of a one-row window in place."""
+"""The checks of conv.py: the causal conv of chains and trees, of a one-row window in place, and the tail a kept path
+leaves."""
 import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.conv import causal_conv, causal_conv_kernel, causal_conv_launch
+from tensorfold.contract.controls import drop_row, padding_read, swap_rows
+from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_launch, conv_tail_after,
+                                  conv_tail_after_kernel, conv_tail_after_launch)
 from tensorfold.device.grid import to_host
 from tensorfold.numerics import paths
 
@@ -72,6 +74,28 @@ def _launch_in_place(inputs, tail, weight, taps):
     return to_host((out, tail))
 
 
+def _tail_cases(mode, rng):
+    """A kept path over a window's inputs: a chain's prefix shorter and longer than the tail, a whole chain, a tree's
+    branch, and the same padded with -1 to the window's rows (as a recorded keep reads it)."""
+    channels = 7 if mode == "sim" else 6144
+    history, rows = 3, 16
+    kept_paths = [[0], [0, 1], list(range(9)), list(range(rows)), [0, 2, 5, 9, 13], [0, 1, 3, 6]]  # paths.TREES'
+    cases = []
+    for path in kept_paths:
+        for given in (path, paths.padded_path(path, rows)):
+            cases.append((f"path {path}" + (" padded" if len(given) > len(path) else ""), {
+                "tail": rng.normal(size=(history, channels)).astype(np.float32),
+                "inputs": rng.normal(size=(rows, channels)).astype(np.float32), "path": given}))
+    return cases
+
+
+def _launch_tail_after(tail, inputs, path):
+    device_tail = cuda.to_device(tail)
+    assert conv_tail_after_launch(device_tail, cuda.to_device(inputs), cuda.to_device(np.asarray(path, np.int32))) \
+        is device_tail
+    return to_host(device_tail)
+
+
 CONTRACT = [
     KernelCheck("causal_conv", causal_conv, _launch, _cases,
                 {"tail one row behind": _tail_one_row_behind, "two swapped rows": swap_rows("inputs"),
@@ -80,4 +104,7 @@ CONTRACT = [
     KernelCheck("causal_conv in place", causal_conv, _launch_in_place, _one_row_cases,
                 {"tail one row behind": _tail_one_row_behind, "taps reversed": _taps_reversed},
                 kernels=(causal_conv_kernel,)),
+    KernelCheck("conv_tail_after", conv_tail_after, _launch_tail_after, _tail_cases,
+                {"a dropped row": drop_row("path", row=0), "two swapped rows": swap_rows("path", a=-2, b=-1),
+                 "a padding entry read as a row": padding_read("path")}, kernels=(conv_tail_after_kernel,)),
 ]

@@ -3,7 +3,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import drop_row, swap_rows, times
+from tensorfold.contract.controls import drop_row, padding_read, swap_rows, times
 from tensorfold.cuda.deltanet import (
     deltanet_apply,
     deltanet_apply_kernel,
@@ -81,14 +81,15 @@ def _scan_cases(mode, rng):
 
 def _apply_cases(mode, rng):
     """A scan's log replayed along every row, along a path that skips a row (a chain's accepted rows) and along the
-    path to a tree's last row."""
+    path to a tree's last row; and a chain's first rows padded with -1 to the window's rows (a recorded keep's)."""
     cases = []
     for label, inputs in _scan_cases(mode, rng):
         _, _, (decay, delta, key) = deltanet_scan(**inputs)
         rows, depths, slots = len(decay), inputs["depths"], inputs["path_slots"]
         replays = [list(range(rows))] + ([[r for r in range(rows) if r != rows // 2]] if rows > 2 else [])
         replays += [list(slots[-1, :depths[-1] + 1])] if depths[-1] != rows - 1 else []
-        cases.extend((f"{label}, path {path}" if mode == "sim" else f"{label}, path of {len(path)}",
+        replays += [paths.padded_path(range(rows // 2 + 1), rows)] if rows > 1 else []
+        cases.extend((f"{label}, path {[int(r) for r in path]}" if mode == "sim" else f"{label}, path of {len(path)}",
                       {"state": inputs["state"], "decay": decay, "delta": delta, "key": key, "path": path})
                      for path in replays)
     return cases
@@ -147,7 +148,7 @@ def _twin_apply(state, decay, delta, key, path):
 
 def _launch_apply(state, decay, delta, key, path):
     state, *log = _dev(state, decay, delta, key)
-    return to_host(deltanet_apply_launch(state, tuple(log), path))
+    return to_host(deltanet_apply_launch(state, tuple(log), cuda.to_device(np.asarray(path, np.int32))))
 
 
 _SCAN_ROWS = ("q", "k", "v", "decay", "beta")
@@ -161,6 +162,6 @@ CONTRACT = [
                  "a parent swapped": _parent_swapped, "a depth off by one": _depth_off_by_one,
                  "a tree read in slot order": _read_in_slot_order}, kernels=(scan_kernel,)),
     KernelCheck("deltanet_apply", _twin_apply, _launch_apply, _apply_cases,
-                {"a dropped row": drop_row("path", row=None), "two swapped rows": swap_rows("path")},
-                kernels=(deltanet_apply_kernel,)),
+                {"a dropped row": drop_row("path", row=None), "two swapped rows": swap_rows("path"),
+                 "a padding entry read as a row": padding_read("path")}, kernels=(deltanet_apply_kernel,)),
 ]

@@ -55,8 +55,9 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, tree_sum
-from tensorfold.device.grid import BLOCK, blocks_for, flat
+from tensorfold.device.grid import BLOCK, blocks_for, device_int32, flat
 from tensorfold.device.launch import kernel
+from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
@@ -144,13 +145,14 @@ def kv_write(keys, values, new_keys, new_values, at):
 
 
 def kv_compact(keys, values, committed, path):
-    """Move a kept path's key and value rows from committed + slot to committed + depth, in place, depth by depth.
+    """Move a kept path's key and value rows from committed + slot to committed + depth, in place, depth by depth
+    (the path up to its first negative entry, `paths.until_end`).
 
     In increasing depth the moves never overwrite a row still to be read: slots rise along a path and slot >= depth,
     so the row written at depth d (committed + d) is no later row's source (their slots are > d), and row d's own
     source has not been written yet (earlier moves wrote rows < d <= its slot).
     """
-    for depth, slot in enumerate(path):
+    for depth, slot in enumerate(paths.until_end(path)):
         keys[committed + depth] = keys[committed + slot]
         values[committed + depth] = values[committed + slot]
     return keys, values
@@ -282,14 +284,18 @@ def kv_write_kernel(keys, values, new_keys, new_values, at):
 
 @kernel
 def kv_compact_kernel(keys, values, committed, path):
-    """Thread i owns element (h, d) of a KV row, i = h * head_dim + d, and moves it for each depth in turn."""
+    """Thread i owns element (h, d) of a KV row, i = h * head_dim + d, and moves it for each depth in turn;
+    committed[0] is the stream's length (device memory: a recorded keep's changes per replay)."""
     i = cuda.grid(1)
     head_dim = keys.shape[2]
     h, d = i // head_dim, i % head_dim
+    length = committed[0]
     if h < keys.shape[1]:
         for depth in range(path.shape[0]):  # in increasing depth (see kv_compact)
-            keys[committed + depth, h, d] = keys[committed + path[depth], h, d]
-            values[committed + depth, h, d] = values[committed + path[depth], h, d]
+            if path[depth] < 0:  # the path's end
+                break
+            keys[length + depth, h, d] = keys[length + path[depth], h, d]
+            values[length + depth, h, d] = values[length + path[depth], h, d]
 
 
 def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, path_slots=None, stream=0,
@@ -335,8 +341,10 @@ def kv_write_launch(keys, values, new_keys, new_values, at, stream=0):
 
 
 def kv_compact_launch(keys, values, committed, path, stream=0):
-    """Move the rows of `path` (a host list of window slots, uploaded as int32) to committed + depth in the device
-    buffers keys and values [N, Hkv, hd], in place; returns them."""
-    slots = cuda.to_device(np.asarray(path, np.int32), stream=stream)
+    """Move the rows of `path` to committed + depth in the device buffers keys and values [N, Hkv, hd], in place;
+    returns them. `committed` an int, or int32 [1] on the device; `path` a host list of window slots, or int32 on
+    the device ended by its first negative entry (a recorded keep's; host values are uploaded)."""
+    committed = device_int32([committed] if isinstance(committed, (int, np.integer)) else committed, stream)
+    slots = device_int32(path, stream)
     kv_compact_kernel[blocks_for(keys.shape[1] * keys.shape[2]), BLOCK, stream](keys, values, committed, slots)
     return keys, values

@@ -15,12 +15,18 @@ still being read while they run). A one-row window can instead shift its tail in
 decode round, whose replays must find the next round's tail at the same address): channel c's thread is then the
 only one that reads channel c of the tail, and after its sum it moves each tail row up one, in increasing order,
 so that every value is read before it is overwritten; there are no tail threads and no copy after the round.
+
+`conv_tail_after` is the tail a stream has after keeping a path of the window (its last K - 1 inputs, running on
+into the old tail), written over the old tail: what a recorded keep (model/replay.py) does with the path the walk
+accepted, given padded with -1 (`paths.until_end`). Mapping: one thread per channel c, the only one to touch
+channel c of the tail; it fills tail rows in increasing order, and a tail row n is only ever read for a row before
+it (n' + kept = n, with n' < n), so every value is read before it is overwritten.
 """
 import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import fma32, silu32, silu32_twin
-from tensorfold.device.grid import BLOCK, blocks_for
+from tensorfold.device.grid import BLOCK, blocks_for, device_int32
 from tensorfold.device.launch import kernel
 from tensorfold.numerics import paths
 
@@ -35,6 +41,13 @@ def causal_conv(inputs, tail, weight, taps=None):
     for j in range(kernel):
         acc = fma32.py_func(weight[:, j], history[taps[:, j]], acc)
     return silu32_twin(acc), history[taps[-1, 1:]].copy()
+
+
+def conv_tail_after(tail, inputs, path):
+    """The conv tail [K - 1, C] after keeping the window rows `path` (up to its first negative entry): the last K - 1
+    rows of [tail; inputs[path]]."""
+    kept = inputs[paths.until_end(path)]
+    return np.concatenate([tail, kept])[len(kept):].astype(np.float32)
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
@@ -68,6 +81,19 @@ def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail, in_place):
         new_tail[r - rows, c] = history_at(inputs, tail, taps[rows - 1, r - rows + 1], c)
 
 
+@kernel
+def conv_tail_after_kernel(tail, inputs, path):
+    c = cuda.grid(1)
+    history = tail.shape[0]
+    kept = 0
+    while kept < path.shape[0] and path[kept] >= 0:
+        kept += 1
+    if c < tail.shape[1]:
+        for n in range(history):  # tail row n becomes row n + kept of [tail; inputs[path]]
+            source = n + kept
+            tail[n, c] = tail[source, c] if source < history else inputs[path[source - history], c]
+
+
 def causal_conv_launch(inputs, tail, weight, taps=None, out=None, in_place=False, stream=0):
     """inputs [rows, C], tail [K - 1, C], weight [C, K], taps [rows, K] int32 (None: a chain's, uploaded here) on
     the device; returns (out, new tail), new arrays (out the given [rows, C] array, if one is), or, `in_place` (a
@@ -82,3 +108,11 @@ def causal_conv_launch(inputs, tail, weight, taps=None, out=None, in_place=False
     threads = (rows if in_place else rows + kernel - 1) * channels
     causal_conv_kernel[blocks_for(threads), BLOCK, stream](inputs, tail, weight, taps, out, new_tail, in_place)
     return out, new_tail
+
+
+def conv_tail_after_launch(tail, inputs, path, stream=0):
+    """`conv_tail_after` written over `tail` [K - 1, C] on the device, for inputs [rows, C] and `path` int32 on
+    the device (or a host list, uploaded); returns `tail`."""
+    path = device_int32(path, stream)
+    conv_tail_after_kernel[blocks_for(tail.shape[1]), BLOCK, stream](tail, inputs, path)
+    return tail

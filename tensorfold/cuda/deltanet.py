@@ -45,6 +45,7 @@ from tensorfold.cuda import (
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
 from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
 from tensorfold.cuda.rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
+from tensorfold.device.grid import device_int32
 from tensorfold.device.launch import kernel
 from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
@@ -116,10 +117,11 @@ def deltanet_scan(state, q, k, v, decay, beta, depths=None, path_slots=None):
 
 
 def deltanet_apply(state, log, path):
-    """Replay the logged rows `path` (in order) into `state` [nv, dk, dv]: decay, then write, as the scan did."""
+    """Replay the logged rows `path` (in order, up to its first negative entry) into `state` [nv, dk, dv]: decay,
+    then write, as the scan did."""
     decay, delta, key = log
     state = np.array(state, np.float32, copy=True)
-    for r in path:
+    for r in paths.until_end(path):
         state = _decay_and_write(state, decay[r], key[r], delta[r])
     return state
 
@@ -301,6 +303,8 @@ def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state)
         load_column(state, h, j, col)
         for p in range(path.shape[0]):
             r = path[p]
+            if r < 0:  # the path's end
+                break
             a = log_decay[r, h]
             delta = log_delta[r, h, j]
             for n in range(dk):  # decay, then write
@@ -310,10 +314,12 @@ def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state)
 
 
 def deltanet_apply_launch(state, log, path, in_place=False, stream=0):
-    """Replay the logged rows `path` (a host list of row indices, uploaded as int32) into `state` on the device."""
+    """Replay the logged rows `path` into `state` on the device: a host list of row indices (uploaded as int32), or
+    int32 on the device, ended by its first negative entry (a recorded keep's). `in_place`: over `state` (each
+    thread loads its whole column before it stores any of it)."""
     nv, dk, dv = state.shape
     assert dk <= MAX_DK, f"key heads of {dk} > MAX_DK = {MAX_DK}"
-    rows = cuda.to_device(np.asarray(list(path), np.int32), stream=stream)
+    rows = device_int32(path, stream)
     new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
     deltanet_apply_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, *log, rows, new_state)
     return new_state

@@ -6,7 +6,7 @@ kernel, its grid, and its arguments: every device pointer and every scalar, fixe
 them from one call. So a recorded round is only right if everything that changes from one round to the next is
 read from device memory at a fixed address (the round's token ids, positions and stream lengths) and everything the
 next round needs is written in place (the keys and values at a device-held position, a one-row round's DeltaNet
-states and conv tails) or taken out of the graph's buffers before the next replay (a drafted round's kept rows).
+states and conv tails, or a drafted round's kept rows, by a second recording replayed after the walk).
 tensorfold/model/replay.py builds decode rounds that way; this file records and replays them.
 
 * On a GPU, `Recording` captures the backend's numba stream (`cuStreamBeginCapture`, relaxed mode, so that the

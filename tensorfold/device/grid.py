@@ -1,5 +1,7 @@
-"""Launch geometry shared by the kernel files: the element grid, flat views of device arrays, and copying results
-back."""
+"""Launch geometry shared by the kernel files: the element grid, flat views of device arrays, integers on the device,
+and copying results back."""
+import numpy as np
+from numba import cuda
 
 BLOCK = 256  # threads per block of the one-thread-per-element kernels
 
@@ -12,6 +14,13 @@ def blocks_for(n: int) -> int:
 def flat(a):
     """A contiguous device array as a one-dimensional view (kernels that take it form each index themselves)."""
     return a.reshape(a.size)
+
+
+def device_int32(values, stream=0):
+    """Integers a kernel reads: a device array as it is (a recording's buffer), host values uploaded as int32."""
+    if hasattr(values, "copy_to_host"):
+        return values
+    return cuda.to_device(np.asarray(list(values), np.int32), stream=stream)
 
 
 def to_host(outputs):

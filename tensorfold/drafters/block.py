@@ -459,12 +459,13 @@ class BlockDrafter(Drafter):
         return self.model.ops.topk(self.model.block_logits(state, root, rows, position=start), k)
 
     def propose(self, tokens: list, max_rows: int, state: DraftContext) -> list:
-        """Up to min(max_rows, rows - 1) guesses following the root tokens[-1]: each block row's argmax."""
+        """Up to min(max_rows, rows - 1) guesses following the root tokens[-1]: each block row's argmax. The block is
+        always `rows` high, however few guesses are wanted: one shape, one recorded proposal."""
         guesses = min(max_rows, self.rows - 1)
         if guesses <= 0:
             return []
-        ids, _ = self.block_topk(tokens, guesses, 1, state)
-        return [int(i) for i in ids[:, 0]]
+        ids, _ = self.block_topk(tokens, self.rows - 1, 1, state)
+        return [int(i) for i in ids[:guesses, 0]]
 
     def propose_tree(self, tokens: list, max_rows: int, state: DraftContext) -> tuple:
         """(ids, parents) of up to min(max_rows, rows - 1) guesses; parents[i] is the guess that guess i follows, or
@@ -473,9 +474,9 @@ class BlockDrafter(Drafter):
         if self.shape == "chain" or budget <= 0:
             chain = self.propose(tokens, max_rows, state)
             return chain, list(range(-1, len(chain) - 1))
-        k = min(budget, MAX_K, self.model.config.vocab_size)
-        ids, logprobs = self.block_topk(tokens, budget, k, state)
-        return best_first_tree(logprobs, ids, budget, self.chain_first)
+        k = min(self.rows - 1, MAX_K, self.model.config.vocab_size)  # the block and k fixed, as in `propose`
+        ids, logprobs = self.block_topk(tokens, self.rows - 1, k, state)
+        return best_first_tree(logprobs[:budget], ids[:budget], budget, self.chain_first)
 
 
 def load_dflash(path: str, target, progress=None) -> DFlashModel:

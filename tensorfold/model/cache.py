@@ -29,8 +29,9 @@ class KeepPolicy:
     replays them first. The state is written back at a one-row window, at a prompt chunk, when `threshold` rows
     are pending, when a kept path does not fit in the `capacity` left, or when the path is not the window's first
     rows (a tree's branch: its log rows would be gathered one by one, where the immediate keep reads them in
-    place). Replaying uses the scan's own fp32 steps in the same order, so every output keeps its bits; on a GPU it
-    saves a state write per drafted round."""
+    place). Replaying uses the scan's own fp32 steps in the same order, so every output keeps its bits. It applies to
+    eager rounds: a drafted round replayed from a CUDA graph keeps its rows through its recorded keep (`keep_row`,
+    model/replay.py), never pending."""
     late: bool = True
     threshold: int = 24
     capacity: int = 48
@@ -55,6 +56,7 @@ class StreamState:
         self.length = 0
         self.window_rows = 0  # rows of the last forward not yet kept or dropped
         self.kept_on_device = False  # a replayed one-row round has already written its row into the cache
+        self.keep_row = None  # a replayed drafted round's row of its recorded keep's buffer (model/replay.py)
         self.pending_rows = 0  # kept DeltaNet rows not yet applied to `recurrent` (the same count in every layer)
         self.pending = {}  # layer -> (decay, delta, key) of the pending rows, in path order
         self.recurrent, self.conv_tail, self.keys, self.values, self.records = {}, {}, {}, {}, {}
@@ -141,7 +143,7 @@ class StreamState:
                 self.ops.copy_into(buffer, zeros[buffer.shape])
             self.recurrent[i], self.conv_tail[i] = state, tail
         self.length = self.window_rows = self.pending_rows = 0
-        self.kept_on_device, self.pending, self.records = False, {}, {}
+        self.kept_on_device, self.keep_row, self.pending, self.records = False, None, {}, {}
 
     def settle(self) -> None:
         """Put the DeltaNet states and conv tails back in the stream's own buffers, and the keys and values a
@@ -185,8 +187,14 @@ class StreamState:
 
     def _keep(self, path: list, write_back: bool) -> None:
         """Commit the last window's rows along `path`: the DeltaNet rows (pending, or into the state), the conv tail
-        moved along the path, and a tree path's key/value rows moved from length + slot to length + depth."""
+        moved along the path, and a tree path's key/value rows moved from length + slot to length + depth. After a
+        replayed drafted round the path only goes to `keep_row`, and the round's recorded keep does all of that."""
         n, rows = len(path), self.window_rows
+        if self.keep_row is not None:  # a replayed drafted round: its recorded keep applies the path on the device
+            self.keep_row[0], self.keep_row[1:1 + n] = self.length, path
+            self.keep_row = None
+            self._committed(n, deferred=False)
+            return
         p, ops = self.policy, self.ops
         prefix = path == list(range(n))  # a chain's kept rows, or a tree path along its first rows
         defer = p.late and not write_back and rows > 1 and self.pending_rows + n <= p.capacity and prefix

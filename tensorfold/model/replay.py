@@ -8,9 +8,9 @@ same kernels on the same buffers; only a few integers differ (each row's token i
 and its stream's length). `DecodeGraphs.run(windows)` runs such a round's forward from a recording
 (tensorfold/device/graphs.py):
 
-1. Each stream lands its pending DeltaNet rows, puts its state and conv tail back in its own buffers (`settle`),
-   and grows its key/value buffers when the window's rows would not fit, by HEADROOM rows at least: eager work,
-   done before recording or replaying, and rarely more than a copy of each state and tail.
+1. Each stream lands the DeltaNet rows an eager round left pending, puts its state and conv tail back in its own
+   buffers (`settle`), and grows its key/value buffers when the window's rows would not fit, by HEADROOM rows at
+   least: eager work, done before recording or replaying, and nothing at all after a replayed round.
 2. The recording for these streams' buffers and window shapes is looked up, or made: `forward_logits` over
    `RoundInputs` that read a fixed [RoundInputs.ROWS, rows] buffer (`recorded`: the attention covers each stream's
    whole cache, so its grid does not depend on the lengths), each tree's rows over index maps in a fixed buffer
@@ -27,21 +27,21 @@ What the keep then does depends on the shape.
   and the conv write each stream's new DeltaNet state and conv tail over the stored ones (`in_place`), then each
   stream's `commit_in_place` copies whatever was not written in place, and `keep(1)` only counts the row
   (`kept_on_device`).
-* A drafted round keeps its rows eagerly, as an unrecorded round does: the scan and the conv leave the stored state
-  and tail as they were and write the window's DeltaNet records (the state after the last row, the scan's log, the
-  conv inputs and the new tail) into buffers the graph owns. After a replay each stream gets the records the
-  recording made, now holding this round's values, so the engine's `keep(n)` or `keep_path(path)` after its walk
-  reads them as it would an eager forward's.
+* A drafted round keeps its rows through a second recording, its *keep*: the scan and the conv leave the stored
+  state and tail as they were and write the window's DeltaNet records (the scan's log, the conv inputs) into
+  buffers the graph owns. After its walk each stream's `keep(n)` or `keep_path(path)` writes the kept path, padded
+  with -1, and its length into the keep's pinned buffer (`StreamState.keep_row`), and `keep_round` replays the keep
+  once for the whole round: per stream, `deltanet_apply` replays the path's logged rows into each DeltaNet state,
+  `conv_tail_after` moves each conv tail along the path, and a tree's `kv_compact` moves its kept key/value rows
+  down to length + depth, all in place in the stream's own buffers, each kernel reading the path from device
+  memory. A stream whose request ended keeps nothing: its path stays empty.
 
-The graph's buffers are overwritten by the next replay of the same recording, so whatever a stream keeps from them
-must be out of them before then: the late keep's pending rows (views of the scan's log) are landed by step 1, a
-state or tail that a keep pointed at the graph's (`recurrent[i] = record.after`) is copied home by `settle`, a tree's
-kept rows are in the stream's own key/value buffers (`kv_compact` moves them there, in place, eagerly), and a kept
-conv tail is the graph's new tail or a slice of the window's conv inputs in the graph (both copied home by `settle`),
-or a new array. Step 1 runs for every stream of the round, and the engine puts every stream in every round, so no
-stream can reach a replay holding a graph's buffer. The logits (one row per window row, in order) and a block
-drafter's tapped features are the graph's output buffers too, which the engine reads within the round: the sampling
-reads the logits, and the drafter's `observe` projects the features into its own context before the round ends.
+So every kept row is in the stream's own buffers before the next replay overwrites the graph's. An eager round (a
+prompt chunk in the round, or graphs off) keeps as `StreamState` does: its pending rows and any state or tail it
+pointed elsewhere are landed and copied home (`settle`) by step 1 before a replay. The logits (one row per window
+row, in order) and a block drafter's tapped features are the graph's output buffers too, which the engine reads
+within the round: the sampling reads the logits, and the drafter's `observe` projects the features into its own
+context before the round ends.
 
 A recording is keyed by the identity of its streams' cache buffers, in order (`StreamState.settled_buffers`: once
 settled, a stream's own DeltaNet states and conv tails never change, so the first stands for them all, and then its
@@ -92,9 +92,10 @@ class Recorded:
     maps: object  # its trees' maps (`tree_maps`) in pinned host memory, copied in by its second kernel; or None
     logits: object  # the graph's output buffer: the logits [rows, vocab], every window's rows in order
     starts: list  # where each window's rows start in it, and the end (as Qwen35.forward_logits gives them)
-    in_place: bool  # a one-row round, kept in the graph; else each window's keep runs eagerly from `records`
-    records: list  # per window, its DeltaNet records {layer: DeltaNetRecord} on the graph's buffers
+    in_place: bool  # a one-row round, kept in the graph; else a drafted round, kept by `keep`
     features: list  # per window, its tapped features (graph buffers), or None without taps
+    keep: object = None  # a drafted round's recorded keep (a Graph), replayed by `keep_round`
+    paths: object = None  # its pinned host [windows, 1 + MAX_ROWS]: each stream's length, then its kept path, -1s
 
 
 class DecodeGraphs:
@@ -105,6 +106,7 @@ class DecodeGraphs:
         self.net, self.capacity = net, capacity
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
         self.recorded = self.replayed = 0  # counts, for tests and the benchmark
+        self.keeping = None  # the drafted round replayed last, whose keep `keep_round` replays
 
     @staticmethod
     def eligible(windows) -> bool:
@@ -114,12 +116,13 @@ class DecodeGraphs:
     def run(self, windows: list, taps: tuple = ()) -> tuple:
         """Forward a decode round from its recording; returns the round's logits and where each window's rows start,
         as `Qwen35.forward_logits` does. A one-row round's `keep(1)` afterwards only counts the row; a drafted
-        round's `keep` or `keep_path` commits its rows from the replay's records."""
+        round's `keep` or `keep_path` writes its path for the round's recorded keep, which `keep_round` replays."""
         assert self.eligible(windows), "a graph runs decode rounds only"
+        self.keeping = None
         for win in windows:
             state = win.state
-            state.land()  # the pending rows are views of a graph's log, which a replay overwrites
-            state.settle()  # and so is a state or tail a keep took from a graph's records
+            state.land()  # rows an eager round left pending: a recording scans from the stored state
+            state.settle()  # and so is a state or tail an eager keep pointed at a forward's output
             if any(buffer.shape[0] < state.length + len(win.ids) for buffer in state.keys.values()):
                 room = max(HEADROOM, len(win.ids))
                 state.reserve(room if state.max_rows is None else min(room, state.max_rows - state.length))
@@ -133,13 +136,27 @@ class DecodeGraphs:
         self.write_integers(recorded, windows)
         recorded.graph.replay()
         self.replayed += 1
-        for win, records, features in zip(windows, recorded.records, recorded.features):
+        for n, (win, features) in enumerate(zip(windows, recorded.features)):
             win.features = features
             if recorded.in_place:
                 win.state.window_rows, win.state.kept_on_device = 1, True
-            else:  # a copy of the dict: the keep rebinds a state's records, it must never clear the recording's
-                win.state.records, win.state.window_rows = dict(records), len(win.ids)
+            else:  # the keep writes its path into the recorded keep's buffer, and `keep_round` replays it
+                win.state.window_rows, win.state.keep_row = len(win.ids), recorded.paths[n]
+        if not recorded.in_place:
+            self.keeping = (recorded, windows)
         return recorded.logits, recorded.starts
+
+    def keep_round(self) -> None:
+        """After the walks of a drafted round: replay its recorded keep, which applies every stream's kept path (the
+        DeltaNet states, the conv tails and a tree's key/value rows, in place); a stream that kept nothing (its
+        request ended) left its path empty."""
+        if self.keeping is None:
+            return
+        recorded, windows = self.keeping
+        self.keeping = None
+        recorded.keep.replay()
+        for win in windows:
+            win.state.keep_row = None
 
     @staticmethod
     def key(windows: list, taps: tuple) -> tuple:
@@ -155,6 +172,8 @@ class DecodeGraphs:
         recorded.integers[...] = RoundInputs.table(windows)
         if recorded.maps is not None:
             recorded.maps[...] = tree_maps(windows)
+        if recorded.paths is not None:
+            recorded.paths[...] = -1  # no path kept yet
 
     def _record(self, windows: list, taps: tuple) -> Recorded:
         """Record the forward of a decode round over a fixed input buffer, and a one-row round's in-place keep."""
@@ -193,7 +212,30 @@ class DecodeGraphs:
             for win in windows:
                 win.state.records, win.state.window_rows = {}, 0
         self.recorded += 1
-        return Recorded(recording.graph, integers, maps, logits, starts, in_place, records, features)
+        keep, paths = (None, None) if in_place else self._record_keep(windows, records)
+        return Recorded(recording.graph, integers, maps, logits, starts, in_place, features, keep, paths)
+
+    def _record_keep(self, windows: list, records: list) -> tuple:
+        """Record a drafted round's keep over its records: per stream, its DeltaNet states replay the kept path's
+        rows of the scan's log, its conv tails move along the path, and a tree's kept key/value rows move down to
+        length + depth, all in the stream's own buffers, reading the path (and the length) from a buffer that each
+        round rewrites. Returns (graph, the buffer's pinned host view)."""
+        ops = self.net.ops
+        paths, readable = ops.mapped((len(windows), 1 + MAX_ROWS), np.int32)
+        table = ops.upload(np.zeros(paths.shape, np.int32))
+        with graphs.Recording(ops.stream) as recording:
+            ops.copy_into(table, readable)
+            for n, (win, window_records) in enumerate(zip(windows, records)):
+                committed, path = table[n, :1], table[n, 1:1 + len(win.ids)]
+                for i, record in window_records.items():
+                    state, tail = win.state.home[i]
+                    assert record.before is state, "a recorded round scans from the stream's own state"
+                    ops.deltanet_apply(state, record.log, path, in_place=True)
+                    ops.conv_tail_after(tail, record.inputs, path)
+                if win.parents is not None:
+                    for i in win.state.keys:
+                        ops.kv_compact(win.state.keys[i], win.state.values[i], committed, path)
+        return recording.graph, paths
 
 
 def tree_maps(windows: list) -> np.ndarray:

@@ -94,6 +94,12 @@ class Window:
     logits_for: str = "all"
     parents: list | None = None
     features: list | None = None  # after a forward with taps: each tapped layer's output at the window's rows
+    padding: int = 0  # rows at the end that only fill a recorded round's shape: computed, never walked or kept
+
+    @property
+    def used(self) -> int:
+        """The rows that count: the decode row and its drafts, without the padding."""
+        return len(self.ids) - self.padding
 
     @property
     def parent_rows(self) -> list:

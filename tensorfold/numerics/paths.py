@@ -22,6 +22,9 @@ stands for computes:
 
 A chain's maps are the identity (path_slots[r, d] = d), so chains and trees run through the same kernels. Entries of
 path_slots past a row's depth are 0 and never read.
+
+A *kept path* (the rows a stream keeps after its walk) may be given padded to a fixed length with -1: its first
+negative entry ends it (`until_end`), as a recorded keep reads it from a buffer of the window's rows.
 """
 import numpy as np
 
@@ -73,6 +76,20 @@ def sibling_pair(parents):
             if s != r and parents[s] == parents[r]:
                 return r, s
     return None
+
+
+def until_end(path) -> list:
+    """A kept path's rows up to its first negative entry (all of them if it has none)."""
+    rows = [int(r) for r in path]
+    ends = [n for n, r in enumerate(rows) if r < 0]
+    return rows[:ends[0]] if ends else rows
+
+
+def padded_path(path, rows: int) -> np.ndarray:
+    """int32 [rows]: a kept path, then -1 to the end (the form a recorded keep reads)."""
+    padded = np.full(rows, -1, np.int32)
+    padded[:len(path)] = path
+    return padded
 
 
 def parents_from(path_slots, depths) -> list:

@@ -10,7 +10,7 @@ sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after on
 
 With `--phases`, each mode's rounds are also split into where their time goes: the window (the drafter's proposal),
 the forward (replayed or launch by launch), the draws (sampling, and the tokens back to the host) and the rest of
-the round (the walk, the keep, the drafter's observation). The backend is synchronized at the end of each phase, so
+the round (the walk, the keep and its recorded replay, the drafter's observation). The backend is synchronized at the end of each phase, so
 the device's time is counted in the phase that launched it, at the price of the overlap a round would otherwise
 have.
 """
@@ -49,6 +49,7 @@ class PhaseClock:
         self.net.forward_logits = self.timed("forward", self.net.forward_logits)
         if engine.graphs is not None:
             engine.graphs.run = self.timed("forward", engine.graphs.run)
+            engine.graphs.keep_round = self.timed("after", engine.graphs.keep_round)
 
     def timed(self, phase: str, step):
         def call(*args, **kwargs):
