@@ -11,6 +11,7 @@ different bits there as it would on a GPU. The planted controls show each.
 import numpy as np
 import pytest
 
+from tensorfold import engine as engine_module
 from tensorfold.drafters import Drafter
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.cache import StreamState
@@ -334,3 +335,40 @@ def test_control_engine_replays_without_their_recorded_keeps_are_caught(graph_mo
     caches = []
     engine_outputs(graph_model, oracle, graphs=True, caches=caches)
     assert caches != eager_drafted_caches
+
+
+# --- drafts of changing lengths, one recorded shape ---------------------------------------------------------------
+
+class FirstGuessRight(Drafter):
+    """Proposes as many guesses as the engine allows, only the first of them right: each round accepts one guess,
+    and the proposals shrink with the room left (3 guesses, then 1)."""
+
+    def __init__(self, prompt, output):
+        self.prompt, self.output = list(prompt), output
+
+    def propose_tree(self, tokens, max_rows, state=None):
+        done = len(tokens) - len(self.prompt)
+        guesses = self.output[done:done + max_rows]
+        chain = guesses[:1] + [(t + 1) % 200 for t in guesses[1:]]
+        return chain, list(range(-1, len(chain) - 1))
+
+
+def shrinking_drafts(model, output) -> tuple:
+    """The first prompt's request alone, drafted by FirstGuessRight: its output and the recordings made."""
+    drafter = FirstGuessRight(ENGINE_PROMPTS[0], output)
+    engine = Engine(model, parallel=1, chunk=8, context=64, drafter=drafter, max_draft=3, graphs=True)
+    request = engine.submit(ENGINE_PROMPTS[0], SamplingParams(max_tokens=len(output)))
+    while request.finish_reason is None:
+        engine.run_round()
+    return request.output, engine.graphs.recorded
+
+
+def test_drafts_of_changing_lengths_replay_one_recording(graph_model, undrafted):
+    """Windows of 4 and 2 rows, both padded to 1 + max_draft = 4: one recording, the undrafted output."""
+    assert shrinking_drafts(graph_model, undrafted[0]) == (undrafted[0], 1)
+
+
+def test_control_unpadded_drafts_record_each_length(graph_model, undrafted, monkeypatch):
+    """Control: windows left at their own rows make a recording for each length."""
+    monkeypatch.setattr(engine_module, "MAX_ROWS", 0)
+    assert shrinking_drafts(graph_model, undrafted[0]) == (undrafted[0], 2)
