@@ -375,9 +375,10 @@ class Engine:
         if stream.draft_state is None or not window.features:
             return
         rows = list(rows)
-        prefix = rows == list(range(len(rows)))  # a chain's kept rows; a tree's path skips rows
-        kept = [f[:len(rows)] if prefix else self.model.backend.concat_rows([f[r:r + 1] for r in rows])
-                for f in window.features]
+        if rows == list(range(len(rows))):  # a chain's kept rows: the window's arrays, whole (a slice costs host time)
+            self.drafter.observe(stream.draft_state, window.features, stream.state.length, rows=len(rows))
+            return
+        kept = [self.model.backend.concat_rows([f[r:r + 1] for r in rows]) for f in window.features]  # a tree's path
         self.drafter.observe(stream.draft_state, kept, stream.state.length)
 
     def _sample(self, request: Request, logits_row) -> int:

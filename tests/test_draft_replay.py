@@ -67,7 +67,8 @@ def drafter_model(target, on_gpu):
         yield random_drafter(MICRO_DRAFT, target)
 
 
-# Each round: a block of `rows` rows (k of each row's top ids), then `kept` rows observed, after two rows observed
+# Each round: a block of `rows` rows (k of each row's top ids), then the first `kept` of `rows` rows observed (a
+# window's features passed whole), after two rows observed
 # first. With HEADROOM a block's rows + 2 (the context's first buffers), round 0 replays the first extend's
 # recording over a longer context and round 1 round 0's proposal; round 1's extend outgrows the buffers (a new
 # recording), and the context is saved and restored (as by the prompt cache: new buffers, grown again, new
@@ -93,7 +94,7 @@ def draft_rounds(model, graphs: bool, rounds: int = len(ROUNDS)) -> list:
         tokens = [int(t) for t in rng.integers(0, model.config.mask_token_id, state.next_position + 1)]
         ids, logprobs = drafter.block_topk(tokens, rows - 1, k, state)
         proposed_over = state.keys[0].shape[0]
-        drafter.observe(state, features(kept), position=state.next_position)
+        drafter.observe(state, features(rows), position=state.next_position, rows=kept)  # a window's, whole
         sizes.append((proposed_over, state.keys[0].shape[0]))
         committed = b"".join(ops.to_host(b)[:state.length].tobytes() for b in state.buffers())
         seen.append((ids.tobytes() + logprobs.tobytes(), committed))

@@ -194,7 +194,10 @@ check(same(step, one_row_steps(prompt_a + [7])[-1:]), "and A's next step too")
 #
 # The saving needs a scan kernel that replays the pending rows while it holds the state. That fused kernel does
 # not exist yet: today ``scan_start`` runs the replay as its own ``deltanet_apply`` before ``deltanet_scan``, on
-# the numpy and the cuda backend alike, so the work is moved rather than saved, and no GPU timing exists yet.
+# the numpy and the cuda backend alike, so the work is moved rather than saved, and no GPU timing exists yet. On
+# a GPU, a drafted round replayed from a CUDA graph does not defer at all: after the walk its recorded keep (the
+# kernels ``deltanet_apply``, ``conv_tail_after`` and ``kv_compact``, reading each stream's kept path from device
+# memory) applies the path in one replay, in place (``tensorfold/model/replay.py``).
 print(KeepPolicy())
 
 # %%

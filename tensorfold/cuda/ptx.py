@@ -13,8 +13,9 @@
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
 cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
 words, and `mma_s8u8` has every lane put its registers in the block's shared memory (a slot a lane), waits at a
-barrier, computes its own four accumulators from the whole warp's registers, and waits again before the slots
-can be reused. All 32 lanes of a warp must call it together, as on the GPU.
+barrier, computes its own four accumulators from the whole warp's registers (the fragments unpacked into A and B
+by the index tables below, and multiplied as int64 NumPy matrices: exact, so the same integers), and waits again
+before the slots can be reused. All 32 lanes of a warp must call it together, as on the GPU.
 """
 import numpy as np
 from numba import cuda
@@ -59,11 +60,13 @@ if not SIMULATED:
 
         return sig, codegen
 else:
-    @cuda.jit(device=True)
-    def byte_of(word, i, signed):
-        """Byte i (0: the lowest) of a 32-bit word, as a signed or an unsigned 8-bit integer."""
-        value = (int(word) >> (8 * i)) & 255
-        return value - 256 if signed and value > 127 else value
+    # Where A[row, k] and B[k, column] sit in the warp's registers: (lane, register, byte) per element.
+    _K = np.arange(32)
+    A_LANE = (np.arange(16)[:, None] % 8) * 4 + (_K % 16) // 4  # [16, 32]
+    A_REGISTER = np.arange(16)[:, None] // 8 + 2 * (_K // 16)
+    B_LANE = np.arange(8)[None, :] * 4 + (_K[:, None] % 16) // 4  # [32, 8]
+    B_REGISTER = np.broadcast_to(4 + _K[:, None] // 16, (32, 8))
+    SHIFT = 8 * (_K % 4)  # byte k % 4 of its word, the lowest first
 
     @cuda.jit(device=True)
     def mma_s8u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
@@ -73,15 +76,14 @@ else:
         for i, word in enumerate((a0, a1, a2, a3, b0, b1)):
             slots[warp, lane, i] = np.uint32(word)
         cuda.syncthreads()
-        g, t = lane >> 2, lane % 4
-        sums = [int(c0), int(c1), int(c2), int(c3)]
-        for i in range(4):
-            row, column = g + 8 * (i >> 1), 2 * t + (i & 1)
-            for k in range(32):
-                a = slots[warp, (row % 8) * 4 + (k % 16) // 4, (row // 8) + 2 * (k // 16)]  # A[row, k]
-                b = slots[warp, column * 4 + (k % 16) // 4, 4 + k // 16]  # B[k, column]
-                sums[i] += byte_of(a, k % 4, True) * byte_of(b, k % 4, False)
+        words = np.array(slots[warp], np.int64)
+        a = (words[A_LANE, A_REGISTER] >> SHIFT[None, :]) & 255
+        a = np.where(a > 127, a - 256, a)  # signed bytes
+        b = (words[B_LANE, B_REGISTER] >> SHIFT[:, None]) & 255  # unsigned bytes
+        product = a @ b  # [16, 8], exact in int64
         cuda.syncthreads()  # every lane has read the slots before any lane writes its next registers
+        g, t = lane >> 2, lane % 4
+        sums = [int(c) + int(product[g + 8 * (i >> 1), 2 * t + (i & 1)]) for i, c in enumerate((c0, c1, c2, c3))]
         return np.int32(sums[0]), np.int32(sums[1]), np.int32(sums[2]), np.int32(sums[3])
 
     @cuda.jit(device=True)

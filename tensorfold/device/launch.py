@@ -24,11 +24,13 @@ import os
 
 from numba import cuda
 
-from tensorfold.device import SIMULATED, graphs
+from tensorfold.device import SIMULATED, graphs, simulator
 
 if not SIMULATED:
     import cuda.core as core  # the launch API numba's dispatcher calls
     from numba.cuda.cudadrv import driver
+else:
+    simulator.install()  # the simulator's block scheduler, waiting without holding the interpreter lock
 
 
 def array_layout(array):

@@ -15,9 +15,10 @@ class Drafter:
     def new_stream(self):
         """Per-stream drafter state, handed back to `observe` and the proposals (none here)."""
 
-    def observe(self, state, features: list, position: int) -> None:
-        """Rows the stream committed: `features[j]` holds layer taps[j]'s output [rows, hidden] at positions
-        position, position + 1, ..."""
+    def observe(self, state, features: list, position: int, rows: int | None = None) -> None:
+        """Rows the stream committed: `features[j]` holds layer taps[j]'s output [n, hidden] at positions
+        position, position + 1, ...; with `rows`, only the first `rows` of the n (a window's accepted prefix, the
+        window's own arrays passed whole)."""
 
     def save(self, state):
         """A host copy of a stream's state, kept with a prompt-cache snapshot: None (nothing to keep, as here), or an

@@ -422,12 +422,15 @@ class BlockDrafter(Drafter):
     def new_stream(self) -> DraftContext:
         return self.model.new_context()
 
-    def observe(self, state: DraftContext, features: list, position: int) -> None:
-        """Committed rows at positions position .. position + n - 1, with their tapped features [n, H] each."""
+    def observe(self, state: DraftContext, features: list, position: int, rows: int | None = None) -> None:
+        """Committed rows at positions position .. position + rows - 1, with their tapped features [n, H] each (the
+        first `rows` of the n; all of them by default)."""
+        rows = features[0].shape[0] if rows is None else rows
         if self.graphs is not None and self.graphs.fits(features):
-            self.graphs.extend(state, features, position)
+            self.graphs.extend(state, features, position, rows)
         else:
-            self.model.extend(state, features, position)
+            self.model.extend(state, [f[:rows] for f in features] if rows < features[0].shape[0] else features,
+                              position)
 
     def save(self, state: DraftContext) -> "SavedContext":
         """The context's rows on the host: a prompt-cache snapshot keeps them, so a resumed stream drafts as well as

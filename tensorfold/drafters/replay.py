@@ -10,11 +10,12 @@ rounds of one stream launch the same kernels on the same buffers, and only a few
   device memory, `kv_write` writes the block's keys and values at the rows the table says, and attention reads its
   key counts there, its partials holding chunks for the whole buffer (`max_keys`), so its grid does not depend on
   the context's length. After the replay only the top-k ids and log-probabilities come to the host.
-* An extend (`DraftGraphs.extend`): the committed rows' features are copied into fixed staging buffers of
-  `block_size` rows (a round keeps at most a block's rows), and `DFlashModel.write_context` runs over all of them:
-  each row's keys and values depend on its own features alone, so the kept rows get the bits an eager extend of
-  them alone gives, and the rows past them (stale staging rows) land past the context's end, where the next block or
-  extend overwrites them. Only the kept rows are committed (`DraftContext.commit`). Features of more rows (a long
+* An extend (`DraftGraphs.extend`): the features are copied into fixed staging buffers of `block_size` rows (a
+  round keeps at most a block's rows; a chain's whole window is copied, its kept rows first, so a window of a
+  block's rows needs no slice), and `DFlashModel.write_context` runs over all of them: each row's keys and values
+  depend on its own features alone, so the kept rows get the bits an eager extend of them alone gives, and the rows
+  past them (rejected or stale staging rows) land past the context's end, where the next block or extend
+  overwrites them. Only the kept rows are committed (`DraftContext.commit`). Features of more rows (a long
   prompt chunk) are extended eagerly.
 
 In both, the round's integers are written into the recording's pinned host buffer (`CudaBackend.mapped`: a store,
@@ -90,13 +91,15 @@ class DraftGraphs:
         """Whether `extend` takes these rows (no more than the staging buffers hold)."""
         return features[0].shape[0] <= self.staging[0].shape[0]
 
-    def extend(self, context, features: list, position: int) -> None:
-        """model.extend(context, features, position), from its recording, for features of `fits` rows."""
-        rows, staged = features[0].shape[0], self.staging[0].shape[0]
+    def extend(self, context, features: list, position: int, rows: int) -> None:
+        """model.extend(context, the first `rows` of features, position), from its recording, for features of `fits`
+        rows. Every row of the features is staged (a window's whole arrays, as they are: a block's rows need no
+        slice), and only the first `rows` are committed."""
+        given, staged = features[0].shape[0], self.staging[0].shape[0]
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
         self.model.reserve(context, staged)
         for staging, feature in zip(self.staging, features):
-            self.ops.copy_into(staging[:rows], feature)
+            self.ops.copy_into(staging if given == staged else staging[:given], feature)
         key = ("extend", tuple(id(b) for b in context.buffers()))
         recorded = self._recording(key, lambda: self._record_extend(context))
         self._replay(recorded, extend_table(context.length, position, staged))
