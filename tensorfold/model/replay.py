@@ -176,7 +176,8 @@ class DecodeGraphs:
             recorded.paths[...] = -1  # no path kept yet
 
     def _record(self, windows: list, taps: tuple) -> Recorded:
-        """Record the forward of a decode round over a fixed input buffer, and a one-row round's in-place keep."""
+        """Record the forward of a decode round over a fixed input buffer, with a one-row round's in-place keep; a
+        drafted round's keep is a recording of its own (`_record_keep`)."""
         ops = self.net.ops
         shape = (RoundInputs.ROWS, sum(len(win.ids) for win in windows))
         integers, readable = ops.mapped(shape, np.int32)

@@ -1,8 +1,8 @@
 """`tensorfold bench drafter`: what drafting buys, in this process. The same prompts are decoded one stream at a
 time without drafts, with the drafter's chains and with its trees; for each, the mean acceptance length (tokens per
 drafted round, the model's own token included), the decode rate (output tokens over the time from the first
-token to the last, so the prompt pass is left out) and, where rounds replay, how many recordings they made. Every drafted output must equal the undrafted one (by token
-sha256): a mismatch is reported and fails the run.
+token to the last, so the prompt pass is left out) and, where rounds replay, how many recordings they made. Every
+drafted output must equal the undrafted one (by token sha256): a mismatch is reported and fails the run.
 
 By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded
 sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after one untimed warm-up request per mode
@@ -10,9 +10,9 @@ sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after on
 
 With `--phases`, each mode's rounds are also split into where their time goes: the window (the drafter's proposal),
 the forward (replayed or launch by launch), the draws (sampling, and the tokens back to the host) and the rest of
-the round (the walk, the keep and its recorded replay, the drafter's observation). The backend is synchronized at the end of each phase, so
-the device's time is counted in the phase that launched it, at the price of the overlap a round would otherwise
-have.
+the round (the walk, the keep and its recorded replay, the drafter's observation). The backend is synchronized at
+the end of each phase, so the device's time is counted in the phase that launched it, at the price of the overlap a
+round would otherwise have.
 """
 import collections
 import hashlib
