@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from tensorfold.drafters.base import Drafter
+from tensorfold.drafters.gate import DraftGate, tokens_mean
 from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import MAX_ROWS, DecodeGraphs, replays_decode_rounds
@@ -121,6 +122,7 @@ class Stream:
         self.request, self.state, self.draft_state = request, state, draft_state
         self.prompt_fed = 0
         self.next_token: int | None = None
+        self.tokens_a_draft: float | None = None  # the mean tokens a drafted round gave it (the gate reads it)
 
     @property
     def tokens(self) -> list:
@@ -132,7 +134,7 @@ class Engine:
 
     def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
                  drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None,
-                 keep: KeepPolicy | None = None, graphs: bool | None = None):
+                 keep: KeepPolicy | None = None, graphs: bool | None = None, gate: DraftGate | None = None):
         if parallel < 1 or chunk < 1 or max_draft < 0:
             raise TensorfoldError(f"parallel ({parallel}) and chunk ({chunk}) must be positive, max_draft "
                                   f"({max_draft}) non-negative")
@@ -142,6 +144,7 @@ class Engine:
             raise TensorfoldError(f"context {self.context} exceeds the model's max_position_embeddings "
                                   f"({model.config.max_position_embeddings})")
         self.drafter = drafter or Drafter()
+        self.gate = gate  # with a gate, a decode round drafts only while drafting pays (drafters/gate.py); else always
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
         # decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless
@@ -205,7 +208,11 @@ class Engine:
             streams = list(self.active)
         if not streams:
             return False
-        windows = [self._window(stream) for stream in streams]
+        drafting, timed = self._drafting(streams)
+        if timed:
+            self.gate.start()
+            recordings = self._recordings()
+        windows = [self._window(stream, drafting) for stream in streams]
         try:
             if self.graphs is not None and self.graphs.eligible(windows):
                 logits, starts = self.graphs.run(windows, self.drafter.taps)  # replayed (a one-row round's keep too)
@@ -223,8 +230,25 @@ class Engine:
                 self._finish(stream, "error", error)
         if self.graphs is not None:
             self.graphs.keep_round()  # a replayed drafted round's keeps, recorded: one replay for every stream
+        if timed:
+            self.gate.finish(len(streams), any(w.used > 1 for w in windows), self._recordings() != recordings)
         self.rounds += 1
         return True
+
+    def _drafting(self, streams) -> tuple:
+        """(whether this round's decode windows may draft, whether the gate times the round). Without a gate every
+        round may; with one, only a decode round (no prompt chunk) that the gate says pays, and the gate times every
+        decode round."""
+        if self.gate is None:
+            return True, False
+        if any(stream.prompt_fed < len(stream.request.prompt) for stream in streams):
+            return False, False
+        tokens = [stream.tokens_a_draft for stream in streams if stream.request.params.draft]
+        return bool(tokens) and self.gate.drafts(len(streams), tokens), True
+
+    def _recordings(self) -> int:
+        """Recordings made so far, the engine's and the drafter's: a round that made one is not timed."""
+        return (self.graphs.recorded if self.graphs is not None else 0) + self.drafter.recordings
 
     def _draws(self, streams, windows, logits, starts) -> list:
         """For each stream, `draw(row)`: the model's token at a row of its window's logits (rows starts[s] ..
@@ -294,8 +318,9 @@ class Engine:
         self.lanes.append(self.model.net.new_state(max_rows=self.context, policy=self.keep))
         return self.lanes[-1]
 
-    def _window(self, stream: Stream) -> Window:
-        """This round's rows for a stream: the next prompt chunk, or the decode row and its drafted chain or tree.
+    def _window(self, stream: Stream, drafting: bool = True) -> Window:
+        """This round's rows for a stream: the next prompt chunk, or the decode row and (when `drafting`) its drafted
+        chain or tree.
         When rounds replay from recordings, a drafted window is padded to 1 + max_draft rows (each padding row
         follows the row before it): a drafter's shorter proposal, near a request's end or from the n-gram drafter,
         then replays the round it recorded instead of recording a new one. A row's bits do not depend on the rows
@@ -308,7 +333,7 @@ class Engine:
         request = stream.request
         room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste
         drafts, parents = self.drafter.propose_tree(stream.tokens, room, stream.draft_state) \
-            if request.params.draft and room > 0 else ([], [])
+            if drafting and request.params.draft and room > 0 else ([], [])
         ids = [stream.next_token] + list(drafts)
         parents = [-1] + [p + 1 for p in parents]
         padding = 0
@@ -335,11 +360,19 @@ class Engine:
             return
         drafts = window.ids[1:window.used]
         request.stats.drafted += len(drafts)
+        emitted = len(request.output)
         if drafts:
             request.stats.draft_rounds += 1
         if window.parents is not None:
             self._walk_tree(stream, window, draw)
-            return
+        else:
+            self._walk_chain(stream, window, draw, drafts)
+        if drafts:
+            stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted)
+
+    def _walk_chain(self, stream: Stream, window: Window, draw, drafts) -> None:
+        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows."""
+        request = stream.request
         kept = 0
         for row in range(len(window.ids)):
             token = draw(row)

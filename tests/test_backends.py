@@ -88,26 +88,28 @@ def test_control_a_stand_in_that_departs_fails_the_check():
     assert departures(unflagged, Ops) == ["no attribute can_record"]
 
 
-def test_replay_and_auto_drafter_follow_can_record(monkeypatch, tmp_path):
-    """Replay only on a backend that can record, unless graphs are off; "auto" drafts only there with graphs off
-    (the model's own drafter folder, else "ngram"). Control: a stand-in backend named "cuda" that cannot record
-    neither replays nor drafts, so the name decides nothing."""
-    def model(backend, path=tmp_path):
-        return SimpleNamespace(path=str(path), backend=backend)
+def test_replay_follows_can_record(monkeypatch):
+    """Replay only on a backend that can record, unless graphs are off. Control: a stand-in backend named "cuda"
+    that cannot record does not replay, so the name decides nothing."""
     recorder, host = SimpleNamespace(name="numpy", can_record=True), NumpyBackend()
     named_cuda = SimpleNamespace(name="cuda", can_record=False)
-    own = tmp_path / "with" / "drafter"
-    own.mkdir(parents=True)
-    (own / "config.json").write_text("{}")
-
     monkeypatch.delenv("TENSORFOLD_GRAPHS", raising=False)
     assert replays_decode_rounds(recorder) and not replays_decode_rounds(recorder, graphs=False)
     assert not replays_decode_rounds(host) and not replays_decode_rounds(named_cuda)
-    assert [auto_drafter(model(b)) for b in (recorder, host, named_cuda)] == ["none"] * 3
-    assert auto_drafter(None) == "none"
-
     monkeypatch.setenv("TENSORFOLD_GRAPHS", "0")
     assert not replays_decode_rounds(recorder) and replays_decode_rounds(recorder, graphs=True)
-    assert auto_drafter(model(recorder)) == "ngram"
-    assert auto_drafter(model(recorder, own.parent)) == str(own)
-    assert auto_drafter(model(host)) == auto_drafter(model(named_cuda)) == "none"
+
+
+def test_auto_drafter_is_the_models_own_else_ngram(tmp_path):
+    """"auto" names the model's own drafter folder when it has one (a config.json inside), else "ngram", whatever
+    the backend (the engine's gate then decides which rounds draft); "none" without a model. Control: a drafter
+    folder without its config is not taken."""
+    def model(path):
+        return SimpleNamespace(path=str(path), backend=NumpyBackend())
+    own = tmp_path / "with" / "drafter"
+    own.mkdir(parents=True)
+    assert auto_drafter(model(own.parent)) == "ngram"  # the control: no config.json yet
+    (own / "config.json").write_text("{}")
+    assert auto_drafter(model(own.parent)) == str(own)
+    assert auto_drafter(model(tmp_path)) == "ngram"
+    assert auto_drafter(None) == "none"

@@ -10,7 +10,7 @@ from tensorfold.errors import TensorfoldError
 
 def cmd_generate(args) -> None:
     from tensorfold.api import load
-    from tensorfold.drafters import make_drafter
+    from tensorfold.drafters import DraftGate, make_drafter
     from tensorfold.engine import Engine, SamplingParams
 
     started = time.perf_counter()
@@ -26,7 +26,7 @@ def cmd_generate(args) -> None:
         ids = model.tokenizer.encode(args.prompt)
         print(args.prompt, end="", flush=True)
     engine = Engine(model, parallel=1, context=min(len(ids) + args.max_tokens, model.config.max_position_embeddings),
-                    drafter=drafter)
+                    drafter=drafter, gate=DraftGate() if args.drafter == "auto" else None)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, min_p=args.min_p, seed=args.seed)
     decoder = model.tokenizer.decoder(skip_special_tokens=True)
@@ -88,8 +88,8 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
     gen.add_argument("--drafter", default="auto", help="a DFlash block drafter folder, ngram, ngram-tree, none, or "
-                     "auto (none, except on a GPU with TENSORFOLD_GRAPHS=0: the model's own drafter/ folder if it has "
-                     "one, else ngram); output is the same either way")
+                     "auto (the model's own drafter/ folder if it has one, else ngram, drafting only while the engine "
+                     "measures that it pays); output is the same either way")
     gen.add_argument("--draft-shape", default="chain", choices=("chain", "tree"),
                      help="what a block drafter proposes each round (default chain)")
     gen.add_argument("--draft-rows", type=int, default=None,

@@ -7,14 +7,16 @@ model itself samples at that position, so drafting only changes how many tokens 
 * ngram.py: prompt lookup, in chains (`NgramDrafter`) or trees (`NgramTreeDrafter`).
 * block.py: the DFlash block drafter, a small model that reads the target's hidden states.
 * replay.py: the block drafter's proposals and extends replayed from CUDA graphs.
+* gate.py: "auto"'s rule for when a round drafts, measured as the engine runs (`DraftGate`).
 """
 import os
 
 from tensorfold.drafters.base import Drafter
+from tensorfold.drafters.gate import DraftGate
 from tensorfold.drafters.ngram import NgramDrafter, NgramTreeDrafter
 from tensorfold.errors import TensorfoldError
 
-__all__ = ["NAMED", "Drafter", "NgramDrafter", "NgramTreeDrafter", "auto_drafter", "make_drafter"]
+__all__ = ["NAMED", "DraftGate", "Drafter", "NgramDrafter", "NgramTreeDrafter", "auto_drafter", "make_drafter"]
 
 NAMED = ("auto", "ngram", "ngram-tree", "none")
 
@@ -38,21 +40,12 @@ def make_drafter(name: str, model=None, shape: str = "chain", rows: int | None =
 
 
 def auto_drafter(model) -> str:
-    """What "auto" stands for with `model`: a drafter only where a drafted round is cheap enough to repay itself
-    (docs/performance.rst, "Drafting", measures each case).
-
-    * On a GPU with CUDA graphs off (TENSORFOLD_GRAPHS=0) every round runs eagerly, a launch at a time, and costs
-      about as much with 16 rows as with one: the model's own block drafter when its folder has one (`drafter/`
-      beside the weights), else "ngram".
-    * On a GPU with graphs on (the default there), "none": drafted rounds replay too, and so do the block
-      drafter's proposal and extend (drafters/replay.py), but the keep after the walk still runs eagerly and a
-      window shape not seen before costs a recording; measured before the drafter replayed, a drafted round cost
-      more than the tokens it added.
-    * On the numpy backend, which cannot record, "none": a round costs in proportion to its rows, so the rows a
-      draft adds cost more than the tokens they save."""
-    from tensorfold.model.replay import replays_decode_rounds
-    if model is None or not model.backend.can_record or replays_decode_rounds(model.backend):
+    """What "auto" stands for with `model`: the model's own block drafter when its folder has one (`drafter/`
+    beside the weights), else "ngram"; "none" without a model. The engine that runs it should take a `DraftGate`
+    (gate.py), which lets a round draft only while drafted rounds give more tokens a second than undrafted ones:
+    whether drafting pays depends on the backend, the model and the text, so it is measured as the engine runs
+    (docs/drafting.rst, "auto")."""
+    if model is None:
         return "none"
     own = os.path.join(model.path, "drafter")
     return own if os.path.isfile(os.path.join(own, "config.json")) else "ngram"
-

@@ -11,6 +11,7 @@ class Drafter:
 
     name = "none"
     taps: tuple = ()  # target layers whose outputs (the residual stream after the layer) the drafter reads
+    recordings = 0  # CUDA graphs it has recorded so far (the block drafter's replayed proposals and extends)
 
     def new_stream(self):
         """Per-stream drafter state, handed back to `observe` and the proposals (none here)."""

@@ -419,6 +419,10 @@ class BlockDrafter(Drafter):
         self.taps = tuple(model.config.target_layer_ids)
         self.graphs = DraftGraphs(model) if replays_decode_rounds(model.ops, graphs) else None
 
+    @property
+    def recordings(self) -> int:
+        return self.graphs.recorded if self.graphs is not None else 0
+
     def new_stream(self) -> DraftContext:
         return self.model.new_context()
 

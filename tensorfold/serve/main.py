@@ -17,8 +17,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
     p.add_argument("--drafter", default="auto",
                    help="a DFlash block drafter checkpoint folder, ngram (chains), ngram-tree (trees), none, or auto: "
-                        "none, except on a GPU with TENSORFOLD_GRAPHS=0: the model's own drafter/ folder if it has "
-                        "one, else ngram (default auto)")
+                        "the model's own drafter/ folder if it has one, else ngram, drafting only in the rounds where "
+                        "the engine has measured that drafting pays (default auto)")
     p.add_argument("--draft-shape", default="chain", choices=("chain", "tree"),
                    help="what a block drafter proposes each round (default chain: faster until trees run whole)")
     p.add_argument("--draft-rows", type=int, default=None,
@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
 def build(args):
     """Load the model and make the engine and server; refuses when the plan does not fit."""
     from tensorfold.api import load
-    from tensorfold.drafters import make_drafter
+    from tensorfold.drafters import DraftGate, make_drafter
     from tensorfold.engine import Engine
     from tensorfold.model.cache import KeepPolicy
     from tensorfold.prompt_cache import PromptCache
@@ -66,10 +66,12 @@ def build(args):
     keep = None if args.keep_late is None else KeepPolicy(late=bool(args.keep_late))
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
                     drafter=make_drafter(args.drafter, model, args.draft_shape, args.draft_rows),
-                    max_draft=args.max_draft, prompt_cache=cache, keep=keep)
+                    max_draft=args.max_draft, prompt_cache=cache, keep=keep,
+                    gate=DraftGate() if args.drafter == "auto" else None)
     plan = MemoryPlan.of(engine)
     log.info(f"model    {model.path}")
-    log.info(f"backend  {model.backend.name}; drafter {engine.drafter.name}; deferred keep "
+    drafting = " when it pays" if engine.gate is not None else ""
+    log.info(f"backend  {model.backend.name}; drafter {engine.drafter.name}{drafting}; deferred keep "
              f"{'on' if engine.keep.late else 'off'}; prompt cache {args.prompt_cache_gib:g} GiB")
     log.info(f"memory   weights {plan.weights / 2**20:.1f} MiB + {plan.streams} streams x {plan.stream / 2**20:.1f} "
              f"MiB ({context} rows each) = {(plan.weights + plan.caches) / 2**20:.1f} MiB of "

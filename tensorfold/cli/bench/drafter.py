@@ -1,5 +1,7 @@
 """`tensorfold bench drafter`: what drafting buys, in this process. The same prompts are decoded one stream at a
-time without drafts, with the drafter's chains and with its trees; for each, the mean acceptance length (tokens per
+time without drafts, with the drafter's chains, with its trees, and with its chains behind the gate that "auto"
+puts in front of a drafter (`auto`: a round drafts only while the engine measures that drafting pays,
+drafters/gate.py); for each, the mean acceptance length (tokens per
 drafted round, the model's own token included), the decode rate (output tokens over the time from the first
 token to the last, so the prompt pass is left out) and, where rounds replay, how many recordings they made. Every
 drafted output must equal the undrafted one (by token sha256): a mismatch is reported and fails the run.
@@ -74,11 +76,13 @@ class PhaseClock:
         return {**shares, "other": 1e3 * seconds / rounds - sum(shares.values())}
 
 
-def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = False) -> dict:
-    """Each prompt alone through an engine with `drafter`: the outputs' hashes, the decode rate and acceptance;
-    with `phases`, the milliseconds per decode round of each phase (`PhaseClock`)."""
+def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = False, gated: bool = False) -> dict:
+    """Each prompt alone through an engine with `drafter` (behind a `DraftGate` when `gated`): the outputs' hashes,
+    the decode rate and acceptance; with `phases`, the milliseconds per decode round of each phase (`PhaseClock`)."""
+    from tensorfold.drafters import DraftGate
     from tensorfold.engine import Engine, SamplingParams
-    engine = Engine(model, parallel=1, drafter=drafter, context=max(len(p) for p in prompts) + tokens)
+    engine = Engine(model, parallel=1, drafter=drafter, context=max(len(p) for p in prompts) + tokens,
+                    gate=DraftGate() if gated else None)
     clock = PhaseClock(engine) if phases else None
     hashes, seconds, output, accepted, draft_rounds, rounds, decode_rounds = [], 0.0, 0, 0, 0, 0, 0
     for prompt in prompts:
@@ -117,17 +121,19 @@ def run(args) -> int:
 
     model = tensorfold.load(args.model, backend=args.backend)
     name = args.drafter or os.path.join(model.path, "drafter")
-    modes = {"none": Drafter(), "chain": make_drafter(name, model, "chain"), "tree": make_drafter(name, model, "tree")}
+    chain = make_drafter(name, model, "chain")
+    modes = {"none": (Drafter(), False), "chain": (chain, False), "tree": (make_drafter(name, model, "tree"), False),
+             "auto": (chain, True)}
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:args.prompts]]
-    print(f"# {model.path} on {model.backend.name}; drafter {modes['chain'].name}; {len(prompts)} prompts x "
+    print(f"# {model.path} on {model.backend.name}; drafter {chain.name}; {len(prompts)} prompts x "
           f"{args.tokens} tokens, one stream at a time", flush=True)
     results, failed = {}, False
     for name, sampling in SAMPLINGS.items():
-        for mode, drafter in modes.items():
+        for mode, (drafter, gated) in modes.items():
             decode(model, drafter, prompts[:1], min(args.tokens, 32), sampling)  # warm-up: compiles the kernels
-            result = decode(model, drafter, prompts, args.tokens, sampling)
+            result = decode(model, drafter, prompts, args.tokens, sampling, gated=gated)
             if args.phases:  # a run of its own: the synchronizes slow it down
-                result["phases_ms"] = decode(model, drafter, prompts, args.tokens, sampling, True)["phases_ms"]
+                result["phases_ms"] = decode(model, drafter, prompts, args.tokens, sampling, True, gated)["phases_ms"]
             results[f"{name} {mode}"] = result
             equal = result["hashes"] == results[f"{name} none"]["hashes"]
             failed |= not equal

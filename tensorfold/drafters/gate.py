@@ -1,0 +1,77 @@
+"""When drafting pays: with the drafter "auto", a round drafts only while drafted rounds give more tokens a second.
+
+A drafted round costs more than a one-row round (more rows, the drafter's proposal, the walk and the keep) and
+yields, for each stream, the tokens it accepted plus the model's own. Whether that pays depends on the backend, the
+model, the drafter and the text, so the engine measures it as it runs. `DraftGate` keeps, for each number of streams
+in a round, the mean seconds of its drafted rounds and of its undrafted ones, and for each stream the mean tokens a
+drafted round gave it. Before a round it drafts when the drafted round's expected tokens a second beat the undrafted
+round's:
+
+    sum over the streams of tokens_s / seconds_drafted  >  streams / seconds_undrafted
+
+with tokens_s = 1 for a stream that does not draft (its request turned drafting off). Only decode rounds are timed
+(a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor the first
+round of a kind (compiles, first uploads) is, since no later round costs what they did. What the gate has not
+measured yet it tries: a kind of round not yet timed runs next, and a stream's tokens a draft start at the most a
+drafted round can give. While drafting does not pay, one round in `wait` drafts anyway (a probe), so that a stretch
+of text that repeats, or an emptier round, is seen; a probe that finds drafting still does not pay doubles the wait,
+up to LONGEST_WAIT rounds, and one that finds it pays sets it back to FIRST_WAIT.
+
+Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
+speed alone.
+"""
+import time
+
+FIRST_WAIT = 16  # undrafted rounds between probes, at first
+LONGEST_WAIT = 256  # and at most: a probe that does not pay then costs at most a 256th of the rounds
+WEIGHT = 0.25  # a new measurement's share of a running mean (older rounds fade: context and text change)
+
+
+class DraftGate:
+    """Measures drafted and undrafted decode rounds and says whether the next one drafts (`drafts`, then `start`
+    and `finish` around the round)."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.seconds = {}  # (streams, drafted) -> mean seconds of such a round
+        self.seen = set()  # kinds of round run at least once (the first is not timed)
+        self.wait, self.since_draft = FIRST_WAIT, 0
+        self.probed = False  # the last drafted round was a probe
+        self.started = None
+
+    def drafts(self, streams: int, tokens: list) -> bool:
+        """Whether a decode round of `streams` streams drafts, given each drafting stream's mean tokens a drafted
+        round (None: not measured yet)."""
+        drafted, plain = self.seconds.get((streams, True)), self.seconds.get((streams, False))
+        if plain is None or drafted is None:  # try what is not measured yet, undrafted first
+            return plain is not None
+        expected = sum(float("inf") if t is None else t for t in tokens) + streams - len(tokens)
+        probed, self.probed = self.probed, False
+        if expected / drafted > streams / plain:
+            self.wait = FIRST_WAIT
+            return True
+        if probed:  # the probe found that drafting still does not pay
+            self.wait = min(2 * self.wait, LONGEST_WAIT)
+        if self.since_draft + 1 >= self.wait:
+            self.probed = True
+            return True
+        return False
+
+    def start(self) -> None:
+        """A decode round begins (after `drafts`)."""
+        self.started = self.clock()
+
+    def finish(self, streams: int, drafted: bool, recorded: bool) -> None:
+        """The round `start` began is done; `recorded`: it made a recording, so its time is not its kind's."""
+        seconds = self.clock() - self.started
+        kind = (streams, drafted)
+        if kind in self.seen and not recorded:
+            mean = self.seconds.get(kind)
+            self.seconds[kind] = seconds if mean is None else mean + WEIGHT * (seconds - mean)
+        self.seen.add(kind)
+        self.since_draft = 0 if drafted else self.since_draft + 1
+
+
+def tokens_mean(mean: float | None, tokens: int) -> float:
+    """A stream's running mean of tokens a drafted round, after a drafted round that gave it `tokens`."""
+    return tokens if mean is None else mean + WEIGHT * (tokens - mean)

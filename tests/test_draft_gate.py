@@ -1,0 +1,105 @@
+"""The "auto" drafter's gate (drafters/gate.py): a round drafts while drafted rounds have given more tokens a second
+than undrafted ones, measured as the engine runs, and the output is the undrafted output whatever it decides."""
+import pytest
+
+import tensorfold
+from tensorfold.models import DEFAULT_MODEL
+from tensorfold.drafters import DraftGate, NgramDrafter
+from tensorfold.drafters.gate import FIRST_WAIT, LONGEST_WAIT, tokens_mean
+from tensorfold.engine import Engine, SamplingParams
+
+
+class RoundClock:
+    """A clock for the gate, read at a round's start and finish: a round takes `default` seconds unless `takes`
+    says otherwise while it runs."""
+
+    def __init__(self, default=1.0):
+        self.now, self.end, self.default = 0.0, None, default
+
+    def __call__(self):
+        if self.end is None:  # a round starts
+            self.end = self.now + self.default
+            return self.now
+        self.now, self.end = self.end, None  # it finishes
+        return self.now
+
+    def takes(self, seconds):
+        self.end = self.now + seconds
+
+
+def decisions(undrafted, drafted, tokens, rounds=600, recorded=()):
+    """What a gate decides over `rounds` rounds of one stream, drafted rounds giving `tokens` each."""
+    clock = RoundClock()
+    gate, mean, made = DraftGate(clock), None, []
+    for n in range(rounds):
+        drafts = gate.drafts(1, [mean])
+        gate.start()
+        clock.takes(drafted if drafts else undrafted)
+        gate.finish(1, drafts, recorded=n in recorded)
+        if drafts:
+            mean = tokens_mean(mean, tokens)
+        made.append(drafts)
+    return made
+
+
+def test_drafting_that_pays_runs_every_round():
+    made = decisions(undrafted=1.0, drafted=2.0, tokens=4)
+    assert made[:4] == [False, False, True, True]  # undrafted timed (its first round is not), then drafted
+    assert all(made[4:])
+
+
+def test_drafting_that_does_not_pay_is_only_probed_ever_more_rarely():
+    """Control of the test above: the same costs, a drafted round giving 1.5 tokens (less than the 2 it costs)."""
+    made = decisions(undrafted=1.0, drafted=2.0, tokens=1.5)
+    probes = [n for n in range(4, len(made)) if made[n]]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps[:4] == [2 * FIRST_WAIT, 4 * FIRST_WAIT, 8 * FIRST_WAIT, LONGEST_WAIT]
+    assert sum(made) < len(made) / 50
+
+
+def test_a_round_that_recorded_is_not_timed():
+    """A drafted round that made a recording (1000 s) would make drafting look ruinous; it is not timed. Control:
+    the same round counted stops the drafting."""
+    clock = RoundClock()
+    for counted, expect in ((False, True), (True, False)):
+        gate = DraftGate(clock)
+        for drafts, seconds, recorded in ((False, 1, False), (False, 1, False), (True, 2, False),
+                                          (True, 1000, not counted), (True, 2, False)):
+            gate.start()
+            clock.takes(seconds)
+            gate.finish(1, drafts, recorded)
+        assert gate.drafts(1, [4.0]) is expect
+
+
+@pytest.fixture(scope="module")
+def shakespeare():
+    return tensorfold.load(DEFAULT_MODEL, backend="numpy")
+
+
+def test_the_engine_drafts_when_it_pays_and_the_output_never_changes(shakespeare):
+    """On repeating text the n-gram drafter's rounds give several tokens each: with drafted rounds costing 1.5
+    undrafted ones the gate drafts nearly every round, at 5 it drafts only to probe; both outputs are the undrafted
+    output bit for bit."""
+    prompt = shakespeare.tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\n" * 3)
+    params = SamplingParams(max_tokens=96)
+    undrafted = Engine(shakespeare).generate(prompt, SamplingParams(max_tokens=96, draft=False))
+    asked = {}
+    for cost in (1.5, 5.0):
+        clock = RoundClock()
+        engine = Engine(shakespeare, drafter=NgramDrafter(), gate=DraftGate(clock))
+        proposed, asked[cost] = engine.drafter.propose_tree, 0
+
+        def timed_proposal(*args, proposed=proposed, clock=clock, cost=cost):
+            asked[cost] += 1
+            drafts = proposed(*args)
+            if drafts[0]:  # (the n-gram drafter finds no match in some rounds: those cost an undrafted round)
+                clock.takes(cost)
+            return drafts
+
+        engine.drafter.propose_tree = timed_proposal
+        request = engine.submit(prompt, params)
+        while engine.run_round():
+            pass
+        assert request.output == undrafted, cost
+        asked[cost] /= request.stats.rounds
+    assert asked[1.5] > 0.8 and asked[5.0] < 0.2, asked
