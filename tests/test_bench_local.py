@@ -35,8 +35,17 @@ def test_decode(tmp_path, capsys):
     assert all(positive(g["bytes"], g["seconds"], g["bytes_per_s"]) for g in decode["gemv"])
     assert results["weight_bytes"] > decode["floor"]["round_bytes"] > 0  # an untied embedding is read by rows
     assert "skipped" in results["peer"]  # not asked for, and the numpy backend does not run it by default
+    drafted = decode["drafted_round"]  # every round a chain of 16 rows: at least one token a round, often more
+    assert drafted["rows"] == 16 and drafted["tokens"] >= 3 and positive(drafted["ms_per_round"],
+                                                                         drafted["undrafted_ms_per_round"])
     table = capsys.readouterr().out
     assert "decode, 2 streams (aggregate tok/s)" in table and "HBM floor" in table and "launch model" in table
+    assert "a chain of 16 rows every round" in table
+
+
+def test_draft_rows_out_of_range_are_refused(tmp_path, capsys):
+    assert main(["bench", "decode", *FAST, "--draft-rows", "17", "--cache", str(tmp_path)]) == 2
+    assert "--draft-rows must be between 1 and 16" in capsys.readouterr().err
 
 
 def test_prefill_beside_the_peer(tmp_path, capsys):

@@ -3,7 +3,9 @@ checkpoint with the shapes of a released Qwen3.5 size (checkpoint.py), beside tr
 config (the peer, peer.py).
 
 * decode: greedy, undrafted decode through an `Engine` at 1, 4 and 16 streams (`parallel` = streams, one
-  short prompt each); after the warm-up rounds, the tokens of the timed rounds over their time. Beside it, what a
+  short prompt each); after the warm-up rounds, the tokens of the timed rounds over their time. Then one stream
+  whose every round is a drafted chain of `--draft-rows` rows (`FullChains`: guesses that are cheap to make, so
+  the round's own cost shows): its time a round beside the undrafted round's. Beside it, what a
   round would cost if only weight reads counted (the HBM floor: the bytes a round reads over a device-to-device
   copy's bandwidth, measured in the same run) and if only launches counted (the backend calls of a round times the
   host time of one small call); the 4-bit GEMV kernel alone on the largest projections (bytes of codes, scales
@@ -35,6 +37,7 @@ from tensorfold.cli.bench.timing import (
     ops_per_round,
     round_bytes,
 )
+from tensorfold.drafters.base import Drafter
 
 
 def echo(line: str = "") -> None:
@@ -49,13 +52,24 @@ def device_free_bytes(backend) -> int | None:
 
 # --- the measurements -----------------------------------------------------------------------------------------
 
-def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: int, rng) -> dict:
-    """Aggregate greedy decode tok/s of `streams` undrafted streams in one engine, over the rounds after warm-up."""
+class FullChains(Drafter):
+    """A drafter for timing rounds: every round a full chain of guesses (the last token again), made at no cost."""
+
+    name = "full chains"
+
+    def propose(self, tokens: list, max_rows: int, state=None) -> list:
+        return [tokens[-1]] * max_rows
+
+
+def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: int, rng, rows: int = 1) -> dict:
+    """Aggregate greedy decode tok/s of `streams` streams in one engine, over the rounds after warm-up: undrafted,
+    or with `rows` > 1 every round a drafted chain of that many rows (`FullChains`)."""
     from tensorfold.engine import Engine, SamplingParams
-    engine = Engine(model, parallel=streams, context=prompt_tokens + warmup + tokens)
+    drafting = {"drafter": FullChains(), "max_draft": rows - 1} if rows > 1 else {}
+    engine = Engine(model, parallel=streams, context=prompt_tokens + warmup + tokens + rows, **drafting)
     free_before = device_free_bytes(model.backend)
     requests = [engine.submit(rng.integers(0, model.config.vocab_size, prompt_tokens),
-                              SamplingParams(max_tokens=warmup + tokens, draft=False, stop_ids=()))
+                              SamplingParams(max_tokens=warmup + tokens, draft=rows > 1, stop_ids=()))
                 for _ in range(streams)]
     for _ in range(warmup):  # the first round takes the prompts and gives every stream its first token
         engine.run_round()
@@ -69,7 +83,7 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     seconds = time.perf_counter() - started
     produced = sum(len(r.output) for r in requests) - streams * warmup
     graphs = engine.graphs
-    return {"streams": streams, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
+    return {"streams": streams, "rows": rows, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
             "graph_rounds": {"recorded": graphs.recorded, "replayed": graphs.replayed} if graphs else None,
             "ms_per_round": 1000 * seconds / rounds, "context": engine.context, "stream_bytes": engine.stream_bytes(),
             "state_bytes": state_bytes,
@@ -137,6 +151,13 @@ def run_decode(model, args, rng) -> dict:
         level["calls_per_round"] = calls_per_round(model, streams)
         levels.append(level)
         echo(f"#   decode x{streams}: {level['tok_s']:,.1f} tok/s ({level['ms_per_round']:.2f} ms a round)")
+    drafted = None
+    if args.draft_rows > 1:
+        one = decode_rate(model, 1, args.tokens, args.warmup, args.prompt_tokens, rng)
+        drafted = decode_rate(model, 1, args.tokens, args.warmup, args.prompt_tokens, rng, rows=args.draft_rows)
+        drafted["undrafted_ms_per_round"] = one["ms_per_round"]
+        echo(f"#   drafted round of {args.draft_rows} rows, 1 stream: {drafted['ms_per_round']:.2f} ms "
+             f"({drafted['ms_per_round'] / one['ms_per_round']:.2f}x the undrafted {one['ms_per_round']:.2f} ms)")
     breakdown = ops_per_round(model)
     op_us = 1e6 * op_seconds(backend)
     for level in levels:
@@ -151,6 +172,7 @@ def run_decode(model, args, rng) -> dict:
     gemvs = [gemv_bandwidth(backend, head, model.net.lm_head, args.gemv_repeats),
              gemv_bandwidth(backend, largest_layer, weights[largest_layer], args.gemv_repeats)]
     return {"tokens": args.tokens, "warmup": args.warmup, "prompt_tokens": args.prompt_tokens, "levels": levels,
+            "drafted_round": drafted,
             "us_per_call": op_us, "ops": breakdown, "gemv": gemvs,
             "floor": {"round_bytes": read, "copy_mib": args.copy_mib, "copy_bytes_per_s": copy,
                       "ms_per_round": floor_ms, "tok_s": 1000 / floor_ms}}
@@ -274,6 +296,12 @@ def report(results: dict) -> list:
                          f"{replays}; "
                          f"eager launch model {level['calls_per_round']:,} backend calls x "
                          f"{decode['us_per_call']:.1f} us = {level['launch_ms_per_round']:.2f} ms")
+        drafted = decode.get("drafted_round")
+        if drafted:
+            lines.append(f"drafted round, 1 stream, a chain of {drafted['rows']} rows every round: "
+                         f"{drafted['ms_per_round']:.2f} ms measured, "
+                         f"{drafted['ms_per_round'] / drafted['undrafted_ms_per_round']:.2f}x the undrafted round's "
+                         f"{drafted['undrafted_ms_per_round']:.2f} ms in the same run")
         ops = decode["ops"]
         lines.append(f"decode round, 1 stream, each backend call timed alone (synchronised): "
                      f"{ops['ms_per_round']:.2f} ms; the calls: " + ", ".join(
@@ -298,10 +326,13 @@ def run(args) -> int:
     import tensorfold
     from tensorfold.api import PROMPT_CHUNK
     from tensorfold.errors import TensorfoldError
+    from tensorfold.model.replay import MAX_ROWS
 
     config = bench_config(args.config)
     if min(args.streams + args.lengths) < 1 or args.tokens < 1 or args.warmup < 1 or args.prompt_tokens < 1:
         raise TensorfoldError("--tokens, --warmup, --prompt-tokens, --streams and --lengths must be positive")
+    if not 1 <= args.draft_rows <= MAX_ROWS:
+        raise TensorfoldError(f"--draft-rows must be between 1 and {MAX_ROWS} (a replayed window's rows)")
     decoding, prefilling = args.bench in ("decode", "all"), args.bench in ("prefill", "all")
     contexts = (args.lengths if prefilling else []) + ([args.prompt_tokens + args.warmup + args.tokens]
                                                        if decoding else [])
@@ -369,6 +400,9 @@ def add_parsers(kinds) -> None:
         p.add_argument("--warmup", type=int, default=8, help="decode rounds before the clock starts")
         p.add_argument("--prompt-tokens", type=int, default=16, help="prompt length of each decode stream")
         p.add_argument("--streams", type=integers, default=[1, 4, 16], help="decode stream counts (default 1,4,16)")
+        p.add_argument("--draft-rows", type=int, default=16,
+                       help="rows of the drafted chain whose round is timed beside an undrafted one (default 16; "
+                            "1: skip it)")
         p.add_argument("--lengths", type=integers, default=[512, 2048, 16384],
                        help="prefill lengths (default 512,2048,16384)")
         p.add_argument("--max-seconds", type=float, default=120.0,
