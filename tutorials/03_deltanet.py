@@ -70,14 +70,16 @@ def host(arrays):
 #
 # Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. So one
 # thread per (h, j) keeps its column in a local array for the whole window and walks i in order for both sums.
-# There is no reduction across threads; the columns of a head share the row's key and query, which a block stages in
-# shared memory once a row (`scan_kernel` builds the kernel for one dk). The twin runs the same loop over i,
-# vectorised over (h, j). Value head h reads key head h // (nv / nk): consecutive value heads share a key head.
-# Row by row, the twin's steps face the kernel's: decay and read, delta, write and output.
+# There is no reduction across threads; the columns of a head share the rows' keys and queries, which a block
+# stages in shared memory a tile of ROWS_STAGED rows at a time, beside each thread's own values, decays and betas of
+# those rows (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded, not what is
+# computed from them. The twin runs the same loop over i, vectorised over (h, j). Value head h reads key head
+# h // (nv / nk): consecutive value heads share a key head. Row by row, the twin's steps face the kernel's: decay
+# and read, delta, write and output.
 show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
-     align=[("for r in range(rows)", "for r in range(q.shape[0])"),
-            ("decayed = state", "a = decay[r, h]"),
-            ("deltas[r] = ", "delta = (v[r, h, j]"),
+     align=[("for r in range(rows)", "for u in range(min(ROWS_STAGED"),
+            ("decayed = state", "a = decays[u]"),
+            ("deltas[r] = ", "delta = (values[u]"),
             ("state = fma_rn_twin(k[r]", "o = np.float32(0)"),
             ("return out, state", "if cuda.blockIdx.x == 0")])
 

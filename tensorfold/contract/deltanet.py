@@ -5,6 +5,7 @@ from numba import cuda
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import drop_row, padding_read, swap_rows, times
 from tensorfold.cuda.deltanet import (
+    ROWS_STAGED,
     deltanet_apply,
     deltanet_apply_kernel,
     deltanet_apply_launch,
@@ -21,19 +22,29 @@ from tensorfold.device.grid import to_host
 from tensorfold.numerics import paths
 
 
+def _across_tiles(tile):
+    """The parents of a tree of 2 * tile + 3 rows whose rebuilt rows cross the scan's tiles. With tiles of 16: a
+    chain into the second tile, row 18 branching back to row 3 of the first, then in the last, partial tile row 32
+    (its first) branching to row 16, row 33 to row 20 and row 34 to row 32, an ancestor logged earlier in its tile."""
+    return list(range(-1, tile + 1)) + [3] + list(range(tile + 2, 2 * tile - 1)) + [tile, tile + 4, 2 * tile]
+
+
 def _heads(mode):
     """(rows, nv, nk, dk, dv, parents): tiny in the simulator, one of them with a head wider than a scan block
-    (dv = 70: a second block, mostly past the last column); 0.8B/2B (16/16 heads of 128), 4B (32/16), an odd dv
-    on GPU; chains (parents None) and the trees of paths.TREES."""
-    trees = paths.TREES
+    (dv = 70: a second block, mostly past the last column), a drafted window's 16-row tree (one whole scan tile),
+    and 2 ROWS_STAGED + 3 rows (three tiles, the last partial) as a chain and as `_across_tiles`; on GPU 0.8B/2B
+    (16/16 heads of 128), 4B (32/16), an odd dv, the tree across tiles and a prefill's 2,048-row chain; chains
+    (parents None) and the trees of paths.TREES."""
+    trees, tiles, across = paths.TREES, 2 * ROWS_STAGED + 3, _across_tiles(ROWS_STAGED)
     if mode == "sim":
         return [(5, 2, 1, 3, 4, trees["5 rows"]), (3, 4, 2, 8, 6, None), (1, 2, 2, 5, 3, None), (4, 2, 1, 3, 7, None),
-                (2, 2, 1, 3, 70, None)]
+                (2, 2, 1, 3, 70, None), (16, 2, 1, 3, 4, trees["16 rows"]), (tiles, 2, 1, 8, 8, None),
+                (tiles, 2, 2, 8, 8, across)]
     return [(16, 16, 16, 128, 128, trees["16 rows"]), (16, 16, 16, 128, 128, trees["spine"]),
             (16, 32, 16, 128, 128, trees["16 rows"]), (5, 6, 2, 96, 37, trees["5 rows"]),
-            (1, 16, 16, 128, 128, None), (4, 16, 16, 128, 128, None), (16, 16, 16, 128, 128, None),
-            (64, 16, 16, 128, 128, None), (16, 32, 16, 128, 128, None), (5, 16, 16, 128, 100, None),
-            (7, 6, 2, 96, 37, None)]
+            (tiles, 16, 16, 128, 128, across), (1, 16, 16, 128, 128, None), (4, 16, 16, 128, 128, None),
+            (16, 16, 16, 128, 128, None), (64, 16, 16, 128, 128, None), (16, 32, 16, 128, 128, None),
+            (5, 16, 16, 128, 100, None), (7, 6, 2, 96, 37, None), (2048, 16, 16, 128, 128, None)]
 
 
 def _gate_inputs(rng, rows, nv):

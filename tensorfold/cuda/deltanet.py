@@ -24,12 +24,15 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the kernels): one thread per (value head h, column j): it holds column j of S (dk floats, in a local
-array) from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no
-thread ever reads another's column. A column's delta depends on that column alone, so a rebuild reads only deltas
-the same thread logged. The scan also writes the log: each row's delta column, and (from the head's first block)
-its decay and its key, the shared key head repeated for every value head that reads it. The apply gets
-the path as an int32 array of row indices and replays those rows of the log in order.
+Mapping (the kernels): one thread per (value head h, column j): it holds column j of S (dk floats, in a local array)
+from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no thread
+ever reads another's column. A column's delta depends on that column alone, so a rebuild reads only deltas the same
+thread logged. The scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's
+keys and queries in shared memory at once (two barriers a tile) and each thread loads its own v, decay, beta and
+parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The scan also writes the log:
+each row's delta column, and (from the head's first block) its decay and its key, the shared key head repeated for
+every value head that reads it. The apply gets the path as an int32 array of row indices and replays those rows of
+the log in order.
 
 The scan's inputs come out of the layer's conv output and gate projections in one launch (`scan_inputs`): q and k
 L2-normalised per head, v as it is, and each row's gates. Mapping: a block of rmsnorm.THREADS threads per (row,
@@ -130,12 +133,16 @@ def deltanet_apply(state, log, path):
 # scan_inputs: see the module's docstring. The scan and the apply: one thread per (value head h,
 # column j) of a grid over [nv, dv]; the thread keeps column j of its head's state in `col` (a local array of dk
 # floats) from the first row to the last, and nothing else ever touches that column. The scan's blocks hold columns
-# of one head, which share the row's key and query: the block stages them in shared memory once a row (two
-# barriers a row, the only waits between threads).
+# of one head, which share the rows' keys and queries: the block walks the window in tiles of ROWS_STAGED rows and
+# stages a whole tile's keys and queries in shared memory at once (two barriers a tile, the only waits between
+# threads); each thread loads its own v, decay, beta and parent for the tile's rows into local arrays beside them.
+# Within a tile the rows run one after another, each with the same operations in the same order as the twin's row:
+# a tile changes when the inputs are loaded, never what is computed from them.
 
 MAX_DK = 128  # the longest key head an apply thread can hold (Qwen3.5: dk = 128)
 COLUMNS = 64  # threads per block of the scan and the apply (no reduction, so the bits do not depend on it)
 LOADS = 16  # state values a thread loads before it stores any: their memory latencies overlap
+ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
 
 
 @cuda.jit(device=True)
@@ -198,64 +205,87 @@ def scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stre
 def scan_kernel(dk):
     """The scan kernel for key heads of dk (a constant of the closure, so the loops over the key dimension have a
     fixed count and `col`, `keys` and `queries` fixed sizes). A block is COLUMNS columns of one value head
-    (blockIdx.y); the row's key and query, which every column of the head reads, are staged once in shared
-    memory, so the two sums over i read them there instead of each thread loading them from global memory.
+    (blockIdx.y). The rows go a tile of ROWS_STAGED at a time: the block stages the tile's keys and queries, which
+    every column of the head reads, in shared memory together (`stage_tile`), so the two sums over i read them there
+    instead of each thread loading them from global memory, and the barriers come once a tile instead of once a row.
 
     A thread loads its whole column at once (`load_whole_column`): dk is a constant, the loop is unrolled and all dk
-    loads are in flight together, where `load_column` waits on memory dk / LOADS times."""
+    loads are in flight together, where `load_column` waits on memory dk / LOADS times. The tile's loads are of a
+    fixed count for the same reason; past the window's last row they load the last row again, which no row reads."""
+    staged_per_thread = -(-ROWS_STAGED * dk // COLUMNS)  # a tile's key (and query) values each thread stages
 
     @cuda.jit(device=True)
     def load_whole_column(state, h, j, col):
         for n in range(dk):
             col[n] = state[h, n, j]
 
+    @cuda.jit(device=True)
+    def stage_tile(k, q, g, first_row, keys, queries):
+        """keys[u] = k[first_row + u, g] and queries[u] = q[first_row + u, g] for the tile's rows u, the block's
+        threads taking every COLUMNS-th value of the [ROWS_STAGED, dk] tile."""
+        rows = k.shape[0]
+        for step in range(staged_per_thread):
+            place = step * COLUMNS + cuda.threadIdx.x  # in the tile, row by row
+            if place < ROWS_STAGED * dk:
+                u, n = place // dk, place % dk
+                r = min(first_row + u, rows - 1)
+                keys[u, n], queries[u, n] = k[r, g, n], q[r, g, n]
+
     @kernel
     def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
                              log_key):
         h, t = cuda.blockIdx.y, cuda.threadIdx.x
-        nv, dv = state.shape[0], state.shape[2]
+        nv, dv, rows = state.shape[0], state.shape[2], q.shape[0]
         j = min(cuda.blockIdx.x * COLUMNS + t, dv - 1)  # a thread past the last column runs the last, unwritten
         live = cuda.blockIdx.x * COLUMNS + t < dv
         g = h // (nv // q.shape[1])  # the query/key head that value head h reads
         col = cuda.local.array(dk, np.float32)
-        keys = cuda.shared.array(dk, np.float32)
-        queries = cuda.shared.array(dk, np.float32)
+        keys = cuda.shared.array((ROWS_STAGED, dk), np.float32)  # the tile's keys and queries, a row each
+        queries = cuda.shared.array((ROWS_STAGED, dk), np.float32)
+        values = cuda.local.array(ROWS_STAGED, np.float32)  # this thread's v[r, h, j] of the tile's rows
+        decays = cuda.local.array(ROWS_STAGED, np.float32)
+        betas = cuda.local.array(ROWS_STAGED, np.float32)
+        parents = cuda.local.array(ROWS_STAGED, np.int32)
         load_whole_column(state, h, j, col)
-        for r in range(q.shape[0]):
-            depth = depths[r]
-            parent = path_slots[r, depth - 1] if depth > 0 else -1
-            if parent != r - 1:  # a tree row that does not follow the row before it: rebuild its parent's state
-                load_whole_column(state, h, j, col)
-                for d in range(depth):  # its path's logged rows, root first: decay, then write
-                    ancestor = path_slots[r, d]
-                    for n in range(dk):
-                        col[n] = fma_rn(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
-            cuda.syncthreads()  # every thread is done with the last row's key and query
-            for n in range(t, dk, COLUMNS):
-                keys[n], queries[n] = k[r, g, n], q[r, g, n]
+        for first_row in range(0, rows, ROWS_STAGED):  # the same tiles for every thread: all reach the barriers
+            cuda.syncthreads()  # every thread is done with the last tile's keys and queries
+            stage_tile(k, q, g, first_row, keys, queries)
+            for u in range(ROWS_STAGED):  # and this thread's own inputs of the tile's rows
+                r = min(first_row + u, rows - 1)
+                depth = depths[r]
+                values[u], decays[u], betas[u] = v[r, h, j], decay[r, h], beta[r, h]
+                parents[u] = path_slots[r, depth - 1] if depth > 0 else -1
             cuda.syncthreads()
-            a = decay[r, h]
-            read = np.float32(0)
-            for first in range(0, dk, LOADS):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
-                for n in range(first, first + LOADS):  # LOADS at a time (a fixed count: the loads go first)
-                    if n < dk:
-                        col[n] = col[n] * a
-                        read = fma_rn(col[n], keys[n], read)
-            delta = (v[r, h, j] - read) * beta[r, h]
-            o = np.float32(0)
-            for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
-                for n in range(first, first + LOADS):
-                    if n < dk:
-                        col[n] = fma_rn(keys[n], delta, col[n])
-                        o = fma_rn(col[n], queries[n], o)
-            if live:
-                out[r, h, j] = o
-                log_delta[r, h, j] = delta
-            if cuda.blockIdx.x == 0:
-                if t == 0:
-                    log_decay[r, h] = a
-                for n in range(t, dk, COLUMNS):  # the head's key, from the first block of the head
-                    log_key[r, h, n] = keys[n]
+            for u in range(min(ROWS_STAGED, rows - first_row)):
+                r = first_row + u
+                if parents[u] != r - 1:  # a tree row that does not follow the row before: rebuild its parent's state
+                    load_whole_column(state, h, j, col)
+                    for d in range(depths[r]):  # its path's logged rows, root first: decay, then write
+                        ancestor = path_slots[r, d]  # its delta logged by this thread, maybe earlier in this tile
+                        for n in range(dk):
+                            col[n] = fma_rn(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
+                a = decays[u]
+                read = np.float32(0)
+                for first in range(0, dk, LOADS):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
+                    for n in range(first, first + LOADS):  # LOADS at a time (a fixed count: the loads go first)
+                        if n < dk:
+                            col[n] = col[n] * a
+                            read = fma_rn(col[n], keys[u, n], read)
+                delta = (values[u] - read) * betas[u]
+                o = np.float32(0)
+                for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
+                    for n in range(first, first + LOADS):
+                        if n < dk:
+                            col[n] = fma_rn(keys[u, n], delta, col[n])
+                            o = fma_rn(col[n], queries[u, n], o)
+                if live:
+                    out[r, h, j] = o
+                    log_delta[r, h, j] = delta  # at once: a later row's rebuild in this thread reads it
+                if cuda.blockIdx.x == 0:
+                    if t == 0:
+                        log_decay[r, h] = a
+                    for n in range(t, dk, COLUMNS):  # the head's key, from the first block of the head
+                        log_key[r, h, n] = keys[u, n]
         if live:
             for n in range(dk):
                 new_state[h, n, j] = col[n]
