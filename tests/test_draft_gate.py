@@ -49,11 +49,15 @@ def test_drafting_that_pays_runs_every_round():
 
 
 def test_drafting_that_does_not_pay_is_only_probed_ever_more_rarely():
-    """Control of the test above: the same costs, a drafted round giving 1.5 tokens (less than the 2 it costs)."""
-    made = decisions(undrafted=1.0, drafted=2.0, tokens=1.5)
+    """Control of the test above: the same costs, a drafted round giving 1.5 tokens (less than the 2 it costs). A
+    probe comes once the undrafted rounds since the last drafted one took `wait` drafted rounds' time (2 seconds
+    each), the wait doubling from FIRST_WAIT after each probe up to LONGEST_WAIT."""
+    made = decisions(undrafted=1.0, drafted=2.0, tokens=1.5, rounds=2000)
     probes = [n for n in range(4, len(made)) if made[n]]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert gaps[:4] == [2 * FIRST_WAIT, 4 * FIRST_WAIT, 8 * FIRST_WAIT, LONGEST_WAIT]
+    waits = [min(FIRST_WAIT * 2 ** n, LONGEST_WAIT) for n in range(1, 7)]
+    assert gaps[:6] == [2 * wait + 1 for wait in waits]
+    assert probes[0] == 4 + 2 * FIRST_WAIT  # the first after the first wait, counted from the last drafted round
     assert sum(made) < len(made) / 50
 
 

@@ -13,17 +13,19 @@ with tokens_s = 1 for a stream that does not draft (its request turned drafting 
 (a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor the first
 round of a kind (compiles, first uploads) is, since no later round costs what they did. What the gate has not
 measured yet it tries: a kind of round not yet timed runs next, and a stream's tokens a draft start at the most a
-drafted round can give. While drafting does not pay, one round in `wait` drafts anyway (a probe), so that a stretch
-of text that repeats, or an emptier round, is seen; a probe that finds drafting still does not pay doubles the wait,
-up to LONGEST_WAIT rounds, and one that finds it pays sets it back to FIRST_WAIT.
+drafted round can give. While drafting does not pay, a round drafts anyway (a probe) once the undrafted rounds since
+the last drafted one have taken `wait` times a drafted round's time, so that a stretch of text that repeats, or an
+emptier round, is seen at a bounded cost: a probe takes at most 1 / (1 + wait) of the time. A probe that finds
+drafting still does not pay doubles the wait, up to LONGEST_WAIT, and drafting that pays sets it back to
+FIRST_WAIT.
 
 Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
 speed alone.
 """
 import time
 
-FIRST_WAIT = 16  # undrafted rounds between probes, at first
-LONGEST_WAIT = 256  # and at most: a probe that does not pay then costs at most a 256th of the rounds
+FIRST_WAIT = 8  # the time between probes, in drafted rounds' time, at first: probes take at most a ninth of it
+LONGEST_WAIT = 256  # and at most
 WEIGHT = 0.25  # a new measurement's share of a running mean (older rounds fade: context and text change)
 
 
@@ -52,7 +54,7 @@ class DraftGate:
             return True
         if probed:  # the probe found that drafting still does not pay
             self.wait = min(2 * self.wait, LONGEST_WAIT)
-        if self.since_draft + 1 >= self.wait:
+        if self.since_draft * plain >= self.wait * drafted:
             self.probed = True
             return True
         return False
