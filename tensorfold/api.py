@@ -20,8 +20,8 @@ from tensorfold.model.tokenizer import Tokenizer
 from tensorfold.models import default_model
 
 # Rows per forward of a prompt pass: it bounds memory, and results do not depend on it. A pass runs eagerly, so
-# its host work is per chunk, and longer chunks spread that work over more tokens.
-PROMPT_CHUNK = 512
+# its host work is per chunk, and longer chunks spread that work over more tokens (docs/performance.rst).
+PROMPT_CHUNK = 2048
 
 
 class Model:

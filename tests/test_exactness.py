@@ -66,3 +66,35 @@ def test_control_window_dependent_attention_chunks_are_caught(tiny_hf, monkeypat
 
     monkeypatch.setattr(model.backend, "attention_partial", shifted_partial)
     assert whole.tobytes() != stepwise_logits(model, ids, [1] * 150).tobytes()
+
+
+def test_a_long_chunk_attends_in_row_slices_with_the_same_bits(lanes_model, monkeypatch):
+    """A chunk whose attention partials would pass PARTIALS_BYTES attends in slices of rows; here slices of 7 rows
+    (a budget of 7 rows' partials) give the bytes of the unsliced pass. Control: a slice whose last row reads one
+    key fewer changes them."""
+    from tensorfold.model import qwen35
+    model = lanes_model
+    ids = np.random.default_rng(6).integers(0, model.config.vocab_size, 150)
+    whole = model.logits(ids)
+    c = model.config
+    per_row = 4 * c.num_attention_heads * (c.head_dim + 2) * -(-150 // qwen35.KEYS_A_PARTIAL)
+    monkeypatch.setattr(qwen35, "PARTIALS_BYTES", 7 * per_row)
+    calls = []
+    original = model.backend.attention_partial
+
+    def counted(q, *args, **kwargs):
+        calls.append(q.shape[0])
+        return original(q, *args, **kwargs)
+
+    monkeypatch.setattr(model.backend, "attention_partial", counted)
+    assert model.logits(ids).tobytes() == whole.tobytes()
+    attention_layers = c.layer_types.count("full_attention")
+    assert calls == ([7] * 21 + [3]) * attention_layers  # 150 rows: 21 slices of 7 and one of 3, each layer
+
+    def short_last_row(q, keys, values, n_keys, *args, **kwargs):
+        n_keys = np.array(model.backend.to_host(n_keys) if not isinstance(n_keys, np.ndarray) else n_keys)
+        n_keys[-1] -= 1
+        return original(q, keys, values, model.backend.upload(n_keys.astype(np.int32)), *args, **kwargs)
+
+    monkeypatch.setattr(model.backend, "attention_partial", short_last_row)
+    assert model.logits(ids).tobytes() != whole.tobytes()

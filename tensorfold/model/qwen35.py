@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from tensorfold.cuda.attention import CHUNK as KEYS_A_PARTIAL
 from tensorfold.model.cache import DeltaNetRecord, KeepPolicy, StreamState
 from tensorfold.model.config import ModelConfig
 from tensorfold.model.moe import sparse_block, upload_sparse_block
@@ -21,6 +22,7 @@ from tensorfold.model.projections import PROJECTIONS, stack_projections
 from tensorfold.model.rows import RoundInputs, Window
 
 L2NORM_EPS = 1e-6  # DeltaNet's query/key L2 norm uses a fixed eps, not rms_norm_eps
+PARTIALS_BYTES = 256 << 20  # the most an attention call's partial sums may take: a long chunk attends in row slices
 
 
 class Qwen35:
@@ -186,12 +188,26 @@ class Qwen35:
         ops, state = self.ops, win.state
         scale = 1.0 / math.sqrt(self.config.head_dim)
         ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])
-        # Chunks for the row that reads the most keys; a recorded round's cover the cache (lengths change).
-        max_keys = None if inputs.recorded else state.length + len(win.ids)
-        if win.parents is None:  # a chain's keys sit in order: every row reads cache rows 0 .. n - 1 in place
+        if inputs.recorded:  # a decode round: its partials cover the cache (the lengths change from replay to replay)
             partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
-                                            max_keys=max_keys)
-        else:
-            partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
-                                            inputs.committed[a:b], win.maps.path_slots, max_keys=max_keys)
-        ops.attention_merge(*partial, out=out[a:b], gate=gate)
+                                            *self._tree_maps(win, inputs, a, b))
+            ops.attention_merge(*partial, out=out[a:b], gate=gate)
+            return
+        # Eager: each slice's partials cover the keys of its last row, the one that reads the most. A chain's rows
+        # go in slices whose partials fit in PARTIALS_BYTES (a row's bits do not depend on the rows beside it, nor
+        # on chunks it does not reach): a long prompt chunk's partials grow with its rows times its keys.
+        per_row = 4 * self.config.num_attention_heads * (self.config.head_dim + 2) * -(-(state.length + b - a)
+                                                                                         // KEYS_A_PARTIAL)
+        step = max(1, PARTIALS_BYTES // per_row) if win.parents is None else b - a
+        for first in range(a, b, step):
+            last = min(first + step, b)
+            partial = ops.attention_partial(q[first:last], state.keys[i], state.values[i], inputs.n_keys[first:last],
+                                            scale, *self._tree_maps(win, inputs, first, last),
+                                            max_keys=state.length + (last - a if win.parents is None else b - a))
+            ops.attention_merge(*partial, out=out[first:last], gate=gate[first - a:last - a])
+
+    @staticmethod
+    def _tree_maps(win, inputs, a, b) -> tuple:
+        """A tree's (committed, path_slots) for attention over rows a .. b - 1; none for a chain, whose keys sit in
+        order (every row reads cache rows 0 .. n - 1 in place)."""
+        return () if win.parents is None else (inputs.committed[a:b], win.maps.path_slots)
