@@ -214,11 +214,15 @@ class Engine:
             recordings = self._recordings()
         windows = [self._window(stream, drafting) for stream in streams]
         try:
-            if self.graphs is not None and self.graphs.eligible(windows):
-                logits, starts = self.graphs.run(windows, self.drafter.taps)  # replayed (a one-row round's keep too)
+            planned = None
+            if self.graphs is not None and self.graphs.eligible(windows):  # replayed (a one-row round's keep too)
+                host, batch = self._rows_to_draw(streams, windows)
+                parameters = self._draw_parameters(batch) if not host else None  # every row: drawn in the replay
+                logits, starts, tokens = self.graphs.run(windows, self.drafter.taps, parameters)
+                planned = (host, batch, tokens)
             else:
                 logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)
-            draws = self._draws(streams, windows, logits, starts)
+            draws = self._draws(streams, windows, logits, starts, planned)
         except Exception as error:  # noqa: BLE001 (a failed round ends its streams with the error; they serve on)
             for stream in streams:
                 self._finish(stream, "error", error)
@@ -250,7 +254,7 @@ class Engine:
         """Recordings made so far, the engine's and the drafter's: a round that made one is not timed."""
         return (self.graphs.recorded if self.graphs is not None else 0) + self.drafter.recordings
 
-    def _draws(self, streams, windows, logits, starts) -> list:
+    def _draws(self, streams, windows, logits, starts, planned=None) -> list:
         """For each stream, `draw(row)`: the model's token at a row of its window's logits (rows starts[s] ..
         starts[s + 1] - 1 of the round's `logits`).
 
@@ -259,8 +263,35 @@ class Engine:
         position it has if the walk reaches it. A request whose logits are processed (`process_logits`, which
         reads the tokens emitted so far), masked by a grammar or reported as logprobs draws on the host, a row at a
         time as the walk reaches it. A prompt chunk that does not end the prompt draws nothing; one whose request
-        asks for the prompt's logprobs records them."""
-        draws, batch = [None] * len(streams), []
+        asks for the prompt's logprobs records them. `planned`: `_rows_to_draw`'s (host, batch) and the tokens a
+        replayed round drew in its recording (or None), when the round was replayed."""
+        host, batch, tokens = planned if planned is not None else (*self._rows_to_draw(streams, windows), None)
+        draws = [None] * len(streams)
+        for s in host:
+            request, p, stream = streams[s].request, streams[s].request.params, streams[s]
+            rows = self.model.backend.to_host(logits[starts[s]:starts[s + 1]])
+            if stream.prompt_fed < len(request.prompt):  # a prompt chunk, scored
+                request.prompt_logprobs += prompt_log_probabilities(rows, request.prompt, stream.prompt_fed,
+                                                                    p.prompt_logprobs)
+            draws[s] = lambda row, request=request, rows=rows: self._sample(request, rows[row])
+        if batch and tokens is None:
+            backend = self.model.backend
+            if len(batch) == len(streams):  # every stream's rows, in order: the round's logits as they are
+                drawn = logits
+            else:  # (a device array's slice costs host time: made only here)
+                drawn = backend.concat_rows([logits[starts[s]:starts[s + 1]] for s, _, _ in batch])
+            tokens = backend.sample_rows(drawn, *self._draw_parameters(batch))
+        start = 0
+        for s, positions, _ in batch:
+            mine = [int(t) for t in tokens[start:start + len(positions)]]
+            draws[s] = mine.__getitem__
+            start += len(positions)
+        return draws
+
+    def _rows_to_draw(self, streams, windows) -> tuple:
+        """(host, batch) for a round (see `_draws`): the streams that draw on the host, and for the others, in order,
+        (stream index, the output position of each row it draws, request)."""
+        host, batch = [], []
         for s, (stream, window) in enumerate(zip(streams, windows)):
             request, p = stream.request, stream.request.params
             prompting = stream.prompt_fed < len(request.prompt)
@@ -268,31 +299,20 @@ class Engine:
             if prompting and stream.prompt_fed + len(window.ids) < len(request.prompt) and not scoring:
                 continue
             if p.processes_logits or p.logprobs is not None or p.grammar is not None or scoring:
-                host = self.model.backend.to_host(logits[starts[s]:starts[s + 1]])
-                if scoring:
-                    request.prompt_logprobs += prompt_log_probabilities(host, request.prompt, stream.prompt_fed,
-                                                                        p.prompt_logprobs)
-                draws[s] = lambda row, request=request, host=host: self._sample(request, host[row])
+                host.append(s)
                 continue
             depths = [0] if prompting else window.depths
             batch.append((s, [len(request.output) + d for d in depths], request))
-        if batch:
-            backend = self.model.backend
-            if len(batch) == len(streams):  # every stream's rows, in order: the round's logits as they are
-                drawn = logits
-            else:  # (a device array's slice costs host time: made only here)
-                drawn = backend.concat_rows([logits[starts[s]:starts[s + 1]] for s, _, _ in batch])
-            rows = [(request, position) for _, positions, request in batch for position in positions]
-            tokens = backend.sample_rows(
-                drawn, np.array([r.seed for r, _ in rows], np.uint64), np.array([n for _, n in rows], np.uint64),
+        return host, batch
+
+    @staticmethod
+    def _draw_parameters(batch) -> tuple:
+        """`sample_rows`' per-row arrays for a batch's rows: seeds, output positions, temperature, top_k, top_p,
+        min_p."""
+        rows = [(request, position) for _, positions, request in batch for position in positions]
+        return (np.array([r.seed for r, _ in rows], np.uint64), np.array([n for _, n in rows], np.uint64),
                 *(np.array([getattr(r.params, f) for r, _ in rows], dtype) for f, dtype in (
                     ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32))))
-            start = 0
-            for s, positions, _ in batch:
-                mine = [int(t) for t in tokens[start:start + len(positions)]]
-                draws[s] = mine.__getitem__
-                start += len(positions)
-        return draws
 
     def _admit(self, request: Request) -> Stream:
         """A free lane for the request, its cache empty or resumed from the prompt cache's longest stored prefix."""

@@ -44,7 +44,7 @@ def decode(model, rounds: int, graphs: DecodeGraphs | None) -> list:
     seen = []
     for _ in range(rounds):
         windows = [Window(state, [token]) for state, token in zip(states, tokens)]
-        logits, starts = graphs.run(windows) if graphs is not None else net.forward_logits(windows)
+        logits, starts = graphs.run(windows)[:2] if graphs is not None else net.forward_logits(windows)
         every = model.backend.to_host(logits)
         rows = [every[a:b] for a, b in zip(starts[:-1], starts[1:])]
         for state in states:
@@ -165,7 +165,7 @@ def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: 
                    Window(states[1], [tokens[1]] + [(tokens[1] + 3 * r) % 200 for r in (1, 2, 3)], parents=tree)]
         replayed = graphs is not None and n >= eager_first
         if replayed:
-            logits, starts = graphs.run(windows, TAPS)
+            logits, starts, _ = graphs.run(windows, TAPS)
         else:
             logits, starts = net.forward_logits(windows, TAPS)
         every = model.backend.to_host(logits)

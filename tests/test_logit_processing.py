@@ -87,8 +87,8 @@ def drafted_rows_without(monkeypatch, removed: dict):
     request's settings (a setting turned off) in place of the request's own."""
     real = Engine._draws
 
-    def planted(self, streams, windows, logits, starts):
-        draws = real(self, streams, windows, logits, starts)
+    def planted(self, streams, windows, logits, starts, planned=None):
+        draws = real(self, streams, windows, logits, starts, planned)
         for s, stream in enumerate(streams):
             if draws[s] is None:
                 continue

@@ -83,6 +83,39 @@ def test_control_a_reset_that_leaves_the_last_request_is_caught(graph_model, alo
     assert outcome(finished(engine, SECOND, tokens=1))[1][0] != alone[1][0]
 
 
+SAMPLED = SamplingParams(max_tokens=4, stop_ids=(), temperature=0.8, seed=3)
+
+
+@pytest.fixture(scope="module")
+def sampled_eager(graph_model):
+    return Engine(graph_model, parallel=1, context=64, graphs=False).generate(FIRST, SAMPLED)
+
+
+def test_a_replayed_round_draws_in_its_recording(graph_model, sampled_eager, monkeypatch):
+    """A round whose every stream draws on the device draws inside its replay: no `sample_rows` call but the
+    prompt round's, and seeded sampling gives the eager rounds' tokens."""
+    calls, real = [], graph_model.backend.sample_rows
+    monkeypatch.setattr(graph_model.backend, "sample_rows", lambda *args: calls.append(1) or real(*args))
+    engine = one_lane(graph_model, chunk=8)
+    assert engine.generate(FIRST, SAMPLED) == sampled_eager
+    assert len(calls) == 1 and engine.graphs.replayed == 3  # the prompt round's draw; three decode rounds replayed
+
+
+def test_control_draw_parameters_left_as_recorded_are_caught(graph_model, sampled_eager, monkeypatch):
+    """Control: a replay that draws with the parameters its recording was made with (the first decode round's
+    output position, each time) gives other tokens."""
+    from tensorfold.backends.cuda_backend import DrawSlots
+    write, written = DrawSlots.write, set()
+
+    def once(slots, *values):
+        if id(slots) not in written:
+            written.add(id(slots))
+            write(slots, *values)
+
+    monkeypatch.setattr(DrawSlots, "write", once)
+    assert one_lane(graph_model, chunk=8).generate(FIRST, SAMPLED) != sampled_eager
+
+
 def test_a_resumed_request_restores_into_the_lane(graph_model, alone):
     """A request resumed from the prompt cache on a reused lane: the snapshot is copied into the lane's own
     buffers (the ones its recordings are keyed by), and it gives a fresh prompt pass's tokens."""
@@ -109,7 +142,7 @@ def trees(model, graphs: DecodeGraphs | None) -> list:
     state, token, seen = model.net.new_state(max_rows=64), FIRST[0], []
     for parents, path in zip(TREES, PATHS):
         windows = [Window(state, [token] + [(token + 3 * r) % 200 for r in (1, 2, 3)], parents=parents)]
-        logits, _ = graphs.run(windows) if graphs is not None else model.net.forward_logits(windows)
+        logits = graphs.run(windows)[0] if graphs is not None else model.net.forward_logits(windows)[0]
         rows = model.backend.to_host(logits)
         state.keep_path(path)
         if graphs is not None:

@@ -139,8 +139,8 @@ class Oracle(Drafter):
 class MaskSkipsDraftedRows(Engine):
     """Control: the rows after a window's first are drawn without the grammar's mask."""
 
-    def _draws(self, streams, windows, logits, starts):
-        draws = super()._draws(streams, windows, logits, starts)
+    def _draws(self, streams, windows, logits, starts, planned=None):
+        draws = super()._draws(streams, windows, logits, starts, planned)
         return [None if draw is None else self._unmasked_after_first(draw, stream.request)
                 for draw, stream in zip(draws, streams)]
 

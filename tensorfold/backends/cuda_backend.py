@@ -231,12 +231,20 @@ class CudaBackend:
         memory waits for the stream). The wait at the end also means no draw still reads the slots when the next
         call rewrites them."""
         rows = logits.shape[0]
-        slots = self._draw_slots.get(rows) or self._draw_slots.setdefault(rows, DrawSlots(self, rows))
-        for host, values in zip(slots.host, (seeds, positions, temperature, top_k, top_p, min_p)):
-            host[:] = values
-        sampling.sample_launch(logits, *slots.device, out=slots.device_tokens, stream=self.stream)
+        slots = self._draw_slots.get(rows) or self._draw_slots.setdefault(rows, self.draw_slots(rows))
+        slots.write(seeds, positions, temperature, top_k, top_p, min_p)
+        self.draw_into(logits, slots)
         self.synchronize()
         return slots.tokens()
+
+    def draw_slots(self, rows: int) -> "DrawSlots":
+        """Mapped host memory for the draws of `rows` rows: their parameters in, their tokens out."""
+        return DrawSlots(self, rows)
+
+    def draw_into(self, logits, slots: "DrawSlots") -> None:
+        """Queue the draws of device logits with the parameters in `slots`, their tokens into `slots` (no wait: a
+        recorded round's draws are launched inside its recording)."""
+        sampling.sample_launch(logits, *slots.device, out=slots.device_tokens, stream=self.stream)
 
     def topk(self, logits, k):
         """NumpyBackend.topk on device logits: only the k ids and log-probabilities per row come to the host."""
@@ -258,6 +266,11 @@ class DrawSlots:
         pairs = [backend.mapped(rows, dtype) for dtype in self.DTYPES]
         self.host, self.device = [h for h, _ in pairs], [d for _, d in pairs]
         self.host_tokens, self.device_tokens = backend.mapped(rows, np.int32)
+
+    def write(self, *values) -> None:
+        """The per-row parameters (seeds, positions, temperature, top_k, top_p, min_p), stored into the slots."""
+        for host, value in zip(self.host, values):
+            host[:] = value
 
     def tokens(self) -> np.ndarray:
         """The tokens, once the draws are done: a copy of the pinned memory (the simulator's mapped array is a

@@ -161,3 +161,9 @@ class DeviceOps(Ops, Protocol):
 
     def topk_on_device(self, logits, k):
         """`topk`'s (ids int32, log-softmax float32) [rows, k] of device logits, left on the device (no download)."""
+
+    def draw_slots(self, rows: int):
+        """`sample_rows`' parameters and tokens for `rows` rows in mapped host memory (`write`, then `tokens`)."""
+
+    def draw_into(self, logits, slots) -> None:
+        """Queue `sample_rows`' draws of device logits with the parameters in `slots`, the tokens into `slots`."""

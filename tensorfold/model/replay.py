@@ -20,6 +20,10 @@ and its stream's length). `DecodeGraphs.run(windows)` runs such a round's forwar
 3. The round's integers and its trees' maps are written into the recording's pinned host buffers
    (`CudaBackend.mapped`: a store, no driver call), the graph is replayed, and its first kernels copy them into the
    fixed buffers.
+4. When every stream of the round draws on the device (no request's logits processed on the host, masked by a
+   grammar or reported as logprobs), the draws are recorded after the forward too: their per-row parameters go
+   into mapped memory before the replay as the integers do, and the tokens come back through mapped memory, so a
+   round is one replay and one wait. (Such rounds and the others are recorded apart: the key says which.)
 
 What the keep then does depends on the shape.
 
@@ -96,6 +100,7 @@ class Recorded:
     features: list  # per window, its tapped features (graph buffers), or None without taps
     keep: object = None  # a drafted round's recorded keep (a Graph), replayed by `keep_round`
     paths: object = None  # its pinned host [windows, 1 + MAX_ROWS]: each stream's length, then its kept path, -1s
+    draws: object = None  # the draws recorded after the forward: their parameters and tokens in mapped memory
 
 
 class DecodeGraphs:
@@ -113,10 +118,13 @@ class DecodeGraphs:
         """Whether a round is a decode round a graph can run: every window 1 .. MAX_ROWS rows, logits for all."""
         return all(1 <= len(w.ids) <= MAX_ROWS and w.logits_for == "all" for w in windows)
 
-    def run(self, windows: list, taps: tuple = ()) -> tuple:
-        """Forward a decode round from its recording; returns the round's logits and where each window's rows start,
-        as `Qwen35.forward_logits` does. A one-row round's `keep(1)` afterwards only counts the row; a drafted
-        round's `keep` or `keep_path` writes its path for the round's recorded keep, which `keep_round` replays."""
+    def run(self, windows: list, taps: tuple = (), draws: tuple | None = None) -> tuple:
+        """Forward a decode round from its recording; returns the round's logits, where each window's rows start (as
+        `Qwen35.forward_logits` does) and the tokens drawn at its rows, or None. With `draws`, every row's draw
+        parameters (`sample_rows`' seeds, positions, temperature, top_k, top_p, min_p, in row order), the round's
+        draws are part of its recording and the tokens come back with the replay. A one-row round's `keep(1)`
+        afterwards only counts the row; a drafted round's `keep` or `keep_path` writes its path for the round's
+        recorded keep, which `keep_round` replays."""
         assert self.eligible(windows), "a graph runs decode rounds only"
         self.keeping = None
         for win in windows:
@@ -126,14 +134,16 @@ class DecodeGraphs:
             if any(buffer.shape[0] < state.length + len(win.ids) for buffer in state.keys.values()):
                 room = max(HEADROOM, len(win.ids))
                 state.reserve(room if state.max_rows is None else min(room, state.max_rows - state.length))
-        key = self.key(windows, taps)
+        key = self.key(windows, taps) + (draws is not None,)
         recorded = self.recordings.get(key)
         if recorded is None:
-            recorded = self.recordings[key] = self._record(windows, taps)
+            recorded = self.recordings[key] = self._record(windows, taps, draws is not None)
             while len(self.recordings) > self.capacity:
                 self.recordings.popitem(last=False)
         self.recordings.move_to_end(key)
         self.write_integers(recorded, windows)
+        if draws is not None:
+            recorded.draws.write(*draws)
         recorded.graph.replay()
         self.replayed += 1
         for n, (win, features) in enumerate(zip(windows, recorded.features)):
@@ -144,7 +154,11 @@ class DecodeGraphs:
                 win.state.window_rows, win.state.keep_row = len(win.ids), recorded.paths[n]
         if not recorded.in_place:
             self.keeping = (recorded, windows)
-        return recorded.logits, recorded.starts
+        tokens = None
+        if draws is not None:
+            self.net.ops.synchronize()
+            tokens = recorded.draws.tokens()
+        return recorded.logits, recorded.starts, tokens
 
     def keep_round(self) -> None:
         """After the walks of a drafted round: replay its recorded keep, which applies every stream's kept path (the
@@ -175,10 +189,11 @@ class DecodeGraphs:
         if recorded.paths is not None:
             recorded.paths[...] = -1  # no path kept yet
 
-    def _record(self, windows: list, taps: tuple) -> Recorded:
-        """Record the forward of a decode round over a fixed input buffer, with a one-row round's in-place keep; a
-        drafted round's keep is a recording of its own (`_record_keep`)."""
+    def _record(self, windows: list, taps: tuple, drawn: bool) -> Recorded:
+        """Record the forward of a decode round over a fixed input buffer, its draws when `drawn`, and a one-row
+        round's in-place keep; a drafted round's keep is a recording of its own (`_record_keep`)."""
         ops = self.net.ops
+        draws = ops.draw_slots(sum(len(win.ids) for win in windows)) if drawn else None
         shape = (RoundInputs.ROWS, sum(len(win.ids) for win in windows))
         integers, readable = ops.mapped(shape, np.int32)
         table = ops.upload(np.zeros(shape, np.int32))
@@ -202,6 +217,8 @@ class DecodeGraphs:
                 if trees:
                     ops.copy_into(device_maps, readable_maps)
                 logits, starts = self.net.forward_logits(windows, taps, inputs)
+                if drawn:
+                    ops.draw_into(logits, draws)
                 if in_place:
                     with ops.side_by_side(len(windows)) as lanes:
                         for n, win in enumerate(windows):
@@ -214,7 +231,7 @@ class DecodeGraphs:
                 win.state.records, win.state.window_rows = {}, 0
         self.recorded += 1
         keep, paths = (None, None) if in_place else self._record_keep(windows, records)
-        return Recorded(recording.graph, integers, maps, logits, starts, in_place, features, keep, paths)
+        return Recorded(recording.graph, integers, maps, logits, starts, in_place, features, keep, paths, draws)
 
     def _record_keep(self, windows: list, records: list) -> tuple:
         """Record a drafted round's keep over its records: per stream, its DeltaNet states replay the kept path's
