@@ -9,12 +9,14 @@ from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import off_by, padding_read, roll, swap_rows
 from tensorfold.cuda.attention import (
     CHUNK,
+    ROWS_A_BLOCK,
     attention_merge,
     attention_merge_kernel,
     attention_merge_launch,
     attention_partial,
     attention_partial_kernel,
     attention_partial_launch,
+    attention_partial_tile_kernel,
     kv_compact,
     kv_compact_kernel,
     kv_compact_launch,
@@ -124,6 +126,41 @@ def _read_in_slot_order(inputs):
     return {**inputs, "path_slots": chain_slots}
 
 
+def _tile_cases(mode, rng):
+    """Prompt chunks: more than ROWS_A_BLOCK rows that read their keys in place, which attention_partial_launch gives
+    to the tile kernel (rows, Hq, Hkv, hd, n_keys of the rows). The last tile is partial; consecutive rows' counts
+    cross a chunk boundary inside a tile, and one case's counts are in no order. The cache holds a few keys past the
+    longest row, so that a tile loading one key too many reads real data."""
+    if mode == "sim":  # every block costs the simulator half a second or more: a few blocks only
+        shapes = [(ROWS_A_BLOCK + 3, 1, 1, 8, np.arange(112, 112 + ROWS_A_BLOCK + 3)),  # two chunks, two tiles
+                  (ROWS_A_BLOCK + 1, 4, 2, 40,  # head dims in two pieces, the second short; two query heads a KV head
+                   rng.integers(1, CHUNK + 1, ROWS_A_BLOCK + 1))]
+    else:  # the small ones first: a control turns red on the first case that catches it (no 2,048-row case: its
+        # twin takes minutes on the host, and its tiles are those of the 512-row cases)
+        shapes = [(33, 16, 4, 256, np.arange(301, 334)),  # Qwen3.5-4B's heads, a tile of one row
+                  (128, 8, 2, 256, np.arange(873, 1001)),  # a prompt chunk of 128 rows ending at position 999
+                  (200, 8, 2, 256, rng.integers(1, 1001, 200)),  # counts in no order
+                  (512, 8, 2, 256, np.arange(1, 513)),  # a prompt's first 512 rows
+                  (512, 8, 2, 256, np.arange(3489, 4001))]  # a chunk of 512 rows ending at position 4,000
+    cases = []
+    for rows, heads, kv_heads, head_dim, n_keys in shapes:
+        assert rows > ROWS_A_BLOCK, "the launch gives the tile kernel more than ROWS_A_BLOCK rows"
+        cache = int(n_keys.max()) + 3
+        cases.append((f"{rows}x{heads}/{kv_heads}x{head_dim} n {n_keys.min()}..{n_keys.max()}", {
+            "q": rng.normal(size=(rows, heads, head_dim)).astype(np.float32),
+            "keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
+            "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
+            "n_keys": n_keys.astype(np.int64), "scale": 1.0 / np.sqrt(head_dim), "chunk": CHUNK,
+            "committed": None, "path_slots": None}))
+    return cases
+
+
+def _tile_longest(inputs):
+    """Planted: every row of a tile reads as many keys as the tile's longest row (None where they already do)."""
+    n_keys = inputs["n_keys"]
+    tiles = np.arange(0, len(n_keys), ROWS_A_BLOCK)  # each tile's first row
+    longest = np.repeat(np.maximum.reduceat(n_keys, tiles), ROWS_A_BLOCK)[:len(n_keys)]  # its tile's max, row by row
+    return None if np.array_equal(longest, n_keys) else {**inputs, "n_keys": longest}
 
 
 def _compact_cases(mode, rng):
@@ -190,9 +227,15 @@ def _depth_off_by_one(inputs):
 _CONTROLS = {"a moved chunk boundary": lambda i: {**i, "chunk": CHUNK // 2}, "n_keys off by one": off_by("n_keys"),
              "two swapped rows": swap_rows("q"), "a sibling's key in a row's place": _sibling_key,
              "a tree read in slot order": _read_in_slot_order}
+_TILE_CONTROLS = {"a moved chunk boundary": lambda i: {**i, "chunk": CHUNK // 2}, "n_keys off by one": off_by("n_keys"),
+                  "two swapped rows": swap_rows("q"), "a neighbour row's key count": roll("n_keys", axis=0),
+                  "every row reading its tile's longest count": _tile_longest, "two keys swapped": swap_rows("keys"),
+                  "the next KV head's keys": roll("keys")}
 CONTRACT = [
     KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _cases, _CONTROLS,
                 kernels=(attention_partial_kernel,)),
+    KernelCheck("attention_partial_tile", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _tile_cases,
+                _TILE_CONTROLS, kernels=(attention_partial_tile_kernel,)),
     KernelCheck("attention_merge", attention_merge, _merge_on_device, _merge_cases,
                 {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks,
                  "the next head's gate": roll("gate")}, kernels=(attention_merge_kernel,)),

@@ -44,10 +44,25 @@ walks the chunk's keys in order for o, both dims at once. Both walks load LOADS 
 any (a walk that waits for each load in turn spends most of its time waiting). The arrays come in flat and every
 index is unsigned, so a load costs no check for a negative index. Each thread finds a key's cache row with
 `cache_row`. Keys past a row's n are never read (the twin reads cache row 0 for them and multiplies it by p = 0,
-which gives the same bits while the cache holds finite values). Merge: one thread per (row, head, dim), walking the
-chunks in order. The partial kernel takes the chunk width as an argument (CHUNK in the engine) so that the contract
-can plant a moved chunk boundary. Write: one thread per element of the window's keys (and the same element of its
-values). Compact: one thread per (KV head, dim), moving that element of each path row in increasing depth.
+which gives the same bits while the cache holds finite values).
+
+Partial over a tile of rows: a long prompt chunk's per-row blocks would each load their chunk's keys and values
+again, so when the rows read their keys in place and are more than ROWS_A_BLOCK (a prompt chunk; a decode round's
+window is at most 16 rows), one block of CHUNK threads serves (chunk, query head, ROWS_A_BLOCK consecutive rows)
+and loads each key and value once for all of them. The block stages the tile's queries and the chunk's keys in
+shared memory a piece of DIMS_A_PIECE head dims at a time, the pieces in order; thread t owns key slot t and adds
+each dim of its key into its dot with every row's query, so each (row, key) dot walks the head dims in order, as
+in the per-row kernel. Each row has its own max tree and sum tree with the per-row kernel's halving steps (a step
+of all the tile's rows spread over the threads). Then thread t owns head dims t and t + CHUNK of every row, walks
+the chunk's keys in order, loads each key's value once and adds it into the o of each row that reads that key.
+The tile loads the keys of its longest row; a shorter row's dots past its n are computed but dropped (-inf, p = 0)
+and its sums skip those keys, so each row's m, l and o are the per-row kernel's, bit for bit. A tile that reaches
+no key of the chunk writes its rows' empty partials (m = -inf, l = 0, o = 0) and loads nothing.
+
+Merge: one thread per (row, head, dim), walking the chunks in order. Both partial kernels take the chunk width as an
+argument (CHUNK in the engine) so that the contract can plant a moved chunk boundary. Write: one thread per element
+of the window's keys (and the same element of its values). Compact: one thread per (KV head, dim), moving that
+element of each path row in increasing depth.
 """
 import math
 
@@ -66,6 +81,14 @@ LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: t
 DIMS_A_THREAD = 2  # head dims a partial's thread owns for o: CHUNK * 2 = 256, Qwen3.5's head_dim
 MAX_HEAD_DIM = DIMS_A_THREAD * CHUNK
 HELD = DIMS_A_THREAD * LOADS  # values a partial's thread holds at a time (numba sizes a local array by a constant)
+ROWS_A_BLOCK = 16  # query rows a block of the tile kernel serves: each key and value it loads is used by all of them
+DIMS_A_PIECE = 32  # head dims of the tile's queries and of the chunk's keys in shared memory at a time
+PIECES_A_PASS = CHUNK // DIMS_A_PIECE  # keys (or query rows) whose piece the block's threads stage side by side
+PIECE_ROW = DIMS_A_PIECE + 1  # a staged key's row in shared memory: one column more than its piece, so that the
+# CHUNK threads reading one dim of their keys read different banks
+QUERIES_A_THREAD = ROWS_A_BLOCK // PIECES_A_PASS  # query values a thread stages for each piece
+KEYS_A_THREAD = CHUNK // PIECES_A_PASS  # key values a thread stages for each piece
+SUMS_A_THREAD = ROWS_A_BLOCK * DIMS_A_THREAD  # o values a tile kernel's thread sums: its dims of every row
 
 
 def cache_rows(logical, committed, path_slots):
@@ -163,6 +186,9 @@ def kv_compact(keys, values, committed, path):
 # for the score and its tree slot, then head dims t and t + CHUNK for o; `cache_row` says where each key sits. The
 # chunk width is an argument (CHUNK in the engine; the shared arrays and the trees are always CHUNK wide, slots past
 # the width stay empty).
+# Partial over a tile: block (c, h, g) = chunk c of query head h of rows g * ROWS_A_BLOCK onward (keys in place:
+# logical key j is cache row j), CHUNK threads. Thread t owns key slot t for the dots of all the tile's rows and its
+# slot in each row's trees, then head dims t and t + CHUNK of every row for o.
 
 @cuda.jit(device=True)
 def cache_row(key, r, committed, path_slots):
@@ -248,6 +274,119 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
 
 
 @kernel
+def attention_partial_tile_kernel(q, keys, values, heads, kv_heads, dims, n_keys, scale, chunk, m, l, o):
+    """q, keys, values flat, as for attention_partial_kernel; every row reads its keys in place (logical key j is
+    cache row j). Block (c, h, g) serves the tile of rows g * ROWS_A_BLOCK onward."""
+    c, h, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+    first_row = cuda.blockIdx.z * ROWS_A_BLOCK
+    tile_rows = min(ROWS_A_BLOCK, m.shape[0] - first_row)  # rows of the tile in the call; the others do nothing
+    kv = h // (heads // kv_heads)
+    start = c * chunk
+    lives = cuda.local.array(ROWS_A_BLOCK, np.int64)  # keys of this chunk each row of the tile reads (<= 0: none)
+    tile_live = 0  # keys of this chunk the tile loads: those of its longest row
+    for i in range(ROWS_A_BLOCK):
+        lives[i] = min(start + chunk, n_keys[first_row + i]) - start if i < tile_rows else 0
+        tile_live = max(tile_live, lives[i])
+    if tile_live <= 0:  # no row of the tile reaches this chunk (the same for every thread: none waits at a barrier)
+        for i in range(tile_rows):
+            if t == 0:
+                m[first_row + i, h, c] = -np.inf
+                l[first_row + i, h, c] = 0
+            for d in range(t, dims, CHUNK):
+                o[first_row + i, h, c, d] = 0
+        return
+    queries = cuda.shared.array((DIMS_A_PIECE, ROWS_A_BLOCK), np.float32)  # a piece of dims of the tile's queries
+    key_piece = cuda.shared.array((CHUNK, PIECE_ROW), np.float32)  # the same dims of the chunk's keys
+    scores = cuda.shared.array((ROWS_A_BLOCK, CHUNK), np.float32)  # each row's score of each slot, then its p
+    tree = cuda.shared.array((ROWS_A_BLOCK, CHUNK), np.float32)  # each row's max tree, then its sum tree
+    staged_queries = cuda.local.array(QUERIES_A_THREAD, np.float32)  # what this thread stages, all loaded before
+    staged_keys = cuda.local.array(KEYS_A_THREAD, np.float32)  # any is stored
+    dots = cuda.local.array(ROWS_A_BLOCK, np.float32)  # slot t's key with each row's query
+    for i in range(ROWS_A_BLOCK):
+        dots[i] = 0
+    d = t % DIMS_A_PIECE  # the dim of each piece this thread stages: consecutive threads, consecutive dims of a row
+    for first in range(0, dims, DIMS_A_PIECE):  # the pieces in order, so that each dot walks the dims in order
+        dim = min(first + d, dims - 1)  # past the head's last dim: that one again, which no dot reads
+        for k in range(QUERIES_A_THREAD):  # past the call's last row: that row again, whose dots are never kept
+            row = first_row + min(t // DIMS_A_PIECE + k * PIECES_A_PASS, tile_rows - 1)
+            staged_queries[k] = q[np.uint64((row * heads + h) * dims + dim)]
+        for k in range(KEYS_A_THREAD):  # past the tile's last key: that key again, in a slot no thread reads
+            key_row = start + min(t // DIMS_A_PIECE + k * PIECES_A_PASS, tile_live - 1)
+            staged_keys[k] = keys[np.uint64((key_row * kv_heads + kv) * dims + dim)]
+        cuda.syncthreads()  # every thread is done with the last piece
+        for k in range(QUERIES_A_THREAD):
+            queries[d, t // DIMS_A_PIECE + k * PIECES_A_PASS] = staged_queries[k]
+        for k in range(KEYS_A_THREAD):
+            key_piece[t // DIMS_A_PIECE + k * PIECES_A_PASS, d] = staged_keys[k]
+        cuda.syncthreads()
+        if t < tile_live:
+            for n in range(min(DIMS_A_PIECE, dims - first)):
+                key_value = key_piece[t, n]  # read once, used for every row's dot
+                for i in range(ROWS_A_BLOCK):
+                    dots[i] = fma_rn(queries[n, i], key_value, dots[i])
+    for i in range(ROWS_A_BLOCK):
+        score = np.float32(-np.inf)  # an empty slot (past the row's n: its dot is dropped): -inf to the max
+        if t < lives[i]:
+            score = dots[i] * np.float32(scale)
+        scores[i, t] = score
+        tree[i, t] = score
+    width = CHUNK // 2
+    while width > 0:  # every row's max tree, one step of all rows at a time
+        cuda.syncthreads()
+        for pair in range(t, ROWS_A_BLOCK * width, CHUNK):
+            i, slot = pair // width, pair % width
+            tree[i, slot] = max(tree[i, slot], tree[i, slot + width])
+        width //= 2
+    cuda.syncthreads()
+    maxima = cuda.local.array(ROWS_A_BLOCK, np.float32)  # each row's chunk max
+    for i in range(ROWS_A_BLOCK):
+        maxima[i] = tree[i, 0]
+    cuda.syncthreads()  # every thread has read the maxima before the tree takes the p
+    for i in range(ROWS_A_BLOCK):
+        safe_max = maxima[i] if math.isfinite(maxima[i]) else np.float32(0)
+        p = np.float32(0)  # an empty slot: 0 to the sum
+        if t < lives[i]:
+            p = exp32(scores[i, t] - safe_max)  # the score read back from shared memory: never fused into an fma
+        scores[i, t] = p
+        tree[i, t] = p
+    width = CHUNK // 2
+    while width > 0:  # every row's sum tree, in the halving order of tree_sum
+        cuda.syncthreads()
+        for pair in range(t, ROWS_A_BLOCK * width, CHUNK):
+            i, slot = pair // width, pair % width
+            tree[i, slot] += tree[i, slot + width]
+        width //= 2
+    cuda.syncthreads()
+    for i in range(ROWS_A_BLOCK):  # every row, then a test: a local array stays in registers only where each index
+        if t == 0 and i < tile_rows:  # is a constant of an unrolled loop
+            m[first_row + i, h, c] = maxima[i]
+            l[first_row + i, h, c] = tree[i, 0]
+    if t >= dims:  # a thread past the head's dims owns none (no barrier follows)
+        return
+    # Now thread t owns head dims t and t + CHUNK of every row of the tile and walks the chunk's keys in order: it
+    # loads each value once and adds it to the o of each row that reads that key.
+    sums = cuda.local.array(SUMS_A_THREAD, np.float32)  # o of the thread's dims, row after row
+    for j in range(SUMS_A_THREAD):
+        sums[j] = 0
+    batch = cuda.local.array(HELD, np.float32)
+    for first in range(0, tile_live, LOADS):
+        for u in range(LOADS):  # LOADS keys' values loaded ahead of their use (past the tile's last key: it again)
+            value_row = np.uint64(((start + min(first + u, tile_live - 1)) * kv_heads + kv) * dims)
+            for j in range(DIMS_A_THREAD):
+                batch[j * LOADS + u] = values[value_row + np.uint64(min(t + j * CHUNK, dims - 1))]
+        for u in range(LOADS):
+            for i in range(ROWS_A_BLOCK):
+                if first + u < lives[i]:  # row i adds its own keys only, as the per-row kernel does
+                    for j in range(DIMS_A_THREAD):
+                        sums[i * DIMS_A_THREAD + j] = fma_rn(scores[i, first + u], batch[j * LOADS + u],
+                                                             sums[i * DIMS_A_THREAD + j])
+    for i in range(ROWS_A_BLOCK):
+        for j in range(DIMS_A_THREAD):
+            if i < tile_rows and t + j * CHUNK < dims:
+                o[first_row + i, h, c, t + j * CHUNK] = sums[i * DIMS_A_THREAD + j]
+
+
+@kernel
 def attention_merge_kernel(m, l, o, gate, gated, out):
     """Thread i owns dim d of head h of row r, i = (r * heads + h) * head_dim + d, and walks the chunks in order;
     with `gated`, it multiplies the result by sigmoid(gate[r, h, d])."""
@@ -302,21 +441,28 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
                              max_keys=None, chunk=CHUNK):
     """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] and path_slots [rows, deepest + 1] (int32) on
     the device; committed an int, or each row's on the device (int32 [rows]: a recorded round reads it there).
-    Returns (m, l, o). Without path_slots every key is read in place.
+    Returns (m, l, o). Without path_slots every key is read in place, and a call of more than ROWS_A_BLOCK rows (a
+    prompt chunk) runs the tile kernel; the others run the per-row kernel. Both give the twin's bits.
 
     The outputs hold ceil(max_keys / chunk) chunks, max_keys defaulting to N: pass the largest n_keys when the
     cache has room beyond it (chunks no row reaches only cost empty blocks, and the merge ignores them).
     """
     rows, heads, head_dim = q.shape
-    if path_slots is None:  # every key in place (each row's keys are below its n_keys): the map is never read
-        committed, path_slots = n_keys, cuda.device_array((rows, 1), np.int32, stream=stream)
-    elif isinstance(committed, (int, np.integer)):
-        committed = cuda.to_device(np.full(rows, committed, np.int32), stream=stream)
     chunks = -(-(keys.shape[0] if max_keys is None else max_keys) // chunk)
     m = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     l = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     o = cuda.device_array((rows, heads, chunks, head_dim), np.float32, stream=stream)
     assert head_dim <= DIMS_A_THREAD * CHUNK, f"head_dim {head_dim} over the partial's {DIMS_A_THREAD * CHUNK}"
+    if path_slots is None and rows > ROWS_A_BLOCK:  # a prompt chunk (a decode round's window is at most 16 rows)
+        tiles = -(-rows // ROWS_A_BLOCK)
+        attention_partial_tile_kernel[(chunks, heads, tiles), CHUNK, stream](flat(q), flat(keys), flat(values), heads,
+                                                                             keys.shape[1], head_dim, n_keys, scale,
+                                                                             chunk, m, l, o)
+        return m, l, o
+    if path_slots is None:  # every key in place (each row's keys are below its n_keys): the map is never read
+        committed, path_slots = n_keys, cuda.device_array((rows, 1), np.int32, stream=stream)
+    elif isinstance(committed, (int, np.integer)):
+        committed = cuda.to_device(np.full(rows, committed, np.int32), stream=stream)
     attention_partial_kernel[(chunks, heads, rows), CHUNK, stream](flat(q), flat(keys), flat(values), heads,
                                                                    keys.shape[1], head_dim, n_keys, committed,
                                                                    path_slots, scale, chunk, m, l, o)
