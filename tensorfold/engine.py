@@ -14,15 +14,20 @@ does not depend on which streams share its rounds: every row's logits are the bi
 `Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue. Each of its
 `parallel` lanes keeps its cache from request to request, reset in place, so the decode rounds recorded on the
 lane's buffers (model/replay.py) replay for every request the lane serves.
+
+Rounds replayed ahead. When rounds replay from recordings and every stream decodes one undrafted row a round,
+drawn on the device, the host need not wait for a round's tokens before it issues the next: the next round's ids
+are the tokens the round before drew, which its recording reads on the device. So the engine issues round n + 1
+before it reads round n's tokens and hands them out (`_run_behind`), and the device works while the host does.
+A stream whose request ends at round n has had one more row computed, which nothing keeps (its lane is reset for
+the next request); anything else (a stream joining or leaving, a drafted or host-drawn round, a buffer to grow)
+waits for the round ahead first. Each row's bits are the same either way.
 """
 import dataclasses
 import os
-import queue
 import secrets
 import threading
 import time
-
-import numpy as np
 
 from tensorfold.drafters.base import Drafter
 from tensorfold.drafters.gate import DraftGate, tokens_mean
@@ -30,103 +35,24 @@ from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import MAX_ROWS, DecodeGraphs, replays_decode_rounds
 from tensorfold.model.rows import Window
-from tensorfold.sampling import (SamplingParams, TokenHistory, is_integer, log_probabilities, process_logits,
-                                 prompt_log_probabilities)
-
-FINISHED = object()  # the queue's end marker
-
-
-def check_ids(ids, vocab_size: int) -> list:
-    """Token ids as a list of ints; refused (TensorfoldError) unless every one is an integer in the vocabulary."""
-    ids = list(ids)
-    for i in ids:
-        if not is_integer(i):
-            raise TensorfoldError(f"token ids must be integers, got {i!r}")
-        if not 0 <= i < vocab_size:
-            raise TensorfoldError(f"token id {i} is outside the vocabulary (0 .. {vocab_size - 1})")
-    return [int(i) for i in ids]
-
-
-def check_prompt(ids, vocab_size: int) -> list:
-    """A prompt's token ids (`check_ids`), refused when empty: a prompt pass needs at least one row."""
-    ids = check_ids(ids, vocab_size)
-    if not ids:
-        raise TensorfoldError("the prompt is empty: give at least one token id")
-    return ids
+from tensorfold.request import (
+    FINISHED,
+    Request,
+    Stream,
+    check_ids,
+    check_prompt,
+    draw_parameters,
+    rows_to_draw,
+)
+from tensorfold.sampling import SamplingParams, log_probabilities, process_logits, prompt_log_probabilities
 
 
 @dataclasses.dataclass
-class RequestStats:
-    rounds: int = 0
-    cached_tokens: int = 0  # prompt tokens resumed from the prompt cache
-    drafted: int = 0  # drafted rows verified
-    accepted: int = 0  # drafted rows accepted
-    draft_rounds: int = 0  # rounds that verified drafts: (accepted + draft_rounds) / draft_rounds is the mean
-    #                        acceptance length, tokens per drafted round with the model's own token included
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-
-
-class Request:
-    """A submitted request: iterate it for its token ids; `finish_reason` is "stop", "length" or "cancelled"."""
-
-    def __init__(self, prompt: list, params: SamplingParams, seed: int):
-        self.prompt, self.params, self.seed = prompt, params, seed
-        self.stats = RequestStats(prompt_tokens=len(prompt))
-        self.output: list = []
-        self.logprobs: list = []  # per output token, when asked: (its log-probability, [(id, log-probability)...])
-        self.prompt_logprobs: list = []  # the same per prompt token after the first, when asked
-        self.history = TokenHistory(prompt)  # what the bias and penalties read
-        self.matcher = params.grammar.matcher() if params.grammar is not None else None  # after the output so far
-        self.finish_reason: str | None = None
-        self.error: Exception | None = None
-        self.submitted = time.perf_counter()
-        self.first_token_at: float | None = None
-        self._tokens: queue.Queue = queue.Queue()
-        self._cancelled = threading.Event()
-        self.listener = None  # called from the engine thread with each token and with FINISHED (the server's hook)
-
-    def _put(self, item) -> None:
-        self._tokens.put(item)
-        if self.listener is not None:
-            self.listener(item)
-
-    def cancel(self) -> None:
-        """Stop generating; the engine frees the stream's lane at its next round."""
-        self._cancelled.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def __iter__(self):
-        while True:
-            item = self._tokens.get()
-            if item is FINISHED:
-                if self.error is not None:
-                    raise self.error
-                return
-            yield item
-
-    def result(self) -> list:
-        """Wait for the end and return every generated id."""
-        for _ in self:
-            pass
-        return self.output
-
-
-class Stream:
-    """A request in a lane: its cache, how much of its prompt is in, and the sampled token not yet fed back."""
-
-    def __init__(self, request: Request, state, draft_state=None):
-        self.request, self.state, self.draft_state = request, state, draft_state
-        self.prompt_fed = 0
-        self.next_token: int | None = None
-        self.tokens_a_draft: float | None = None  # the mean tokens a drafted round gave it (the gate reads it)
-
-    @property
-    def tokens(self) -> list:
-        return self.request.prompt + self.request.output
+class Behind:
+    """A round replayed ahead whose tokens the engine has not read yet: its streams, their windows, and the tokens."""
+    streams: list
+    windows: list
+    drawn: object  # model.replay.Drawn
 
 
 class Engine:
@@ -134,7 +60,8 @@ class Engine:
 
     def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
                  drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None,
-                 keep: KeepPolicy | None = None, graphs: bool | None = None, gate: DraftGate | None = None):
+                 keep: KeepPolicy | None = None, graphs: bool | None = None, gate: DraftGate | None = None,
+                 ahead: bool | None = None):
         if parallel < 1 or chunk < 1 or max_draft < 0:
             raise TensorfoldError(f"parallel ({parallel}) and chunk ({chunk}) must be positive, max_draft "
                                   f"({max_draft}) non-negative")
@@ -150,6 +77,11 @@ class Engine:
         # decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless
         # turned off
         self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
+        # undrafted one-row rounds replayed ahead of their tokens (the module's docstring): with recordings, unless
+        # `ahead` is False, or None with TENSORFOLD_AHEAD=0
+        self.pipelined = self.graphs is not None and (
+            ahead if ahead is not None else os.environ.get("TENSORFOLD_AHEAD", "1") != "0")
+        self.behind = None  # the round replayed ahead, its tokens not read yet (a Behind)
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
@@ -206,20 +138,29 @@ class Engine:
             for stream in [s for s in self.active if s.request.cancelled]:
                 self._finish(stream, "cancelled")
             streams = list(self.active)
+        if self.behind is not None:
+            return self._run_behind(streams)
         if not streams:
             return False
+        if self._goes_ahead(streams):  # issued, and its tokens read by the next call (`_run_behind`)
+            try:
+                self.behind = self._replay_ahead(streams, [self._window(stream, False) for stream in streams])
+            except Exception as error:  # noqa: BLE001 (a failed round ends its streams with the error)
+                for stream in streams:
+                    self._finish(stream, "error", error)
+            return True
         drafting, timed = self._drafting(streams)
         if timed:
             self.gate.start()
             recordings = self._recordings()
         windows = [self._window(stream, drafting) for stream in streams]
         try:
-            planned = None
+            planned = None  # (host, batch, tokens) of a replayed round, which draws in its replay if it can
             if self.graphs is not None and self.graphs.eligible(windows):  # replayed (a one-row round's keep too)
-                host, batch = self._rows_to_draw(streams, windows)
-                parameters = self._draw_parameters(batch) if not host else None  # every row: drawn in the replay
-                logits, starts, tokens = self.graphs.run(windows, self.drafter.taps, parameters)
-                planned = (host, batch, tokens)
+                host, batch = rows_to_draw(streams, windows)
+                logits, starts, drawn = self.graphs.run(windows, self.drafter.taps,
+                                                        None if host else draw_parameters(batch))
+                planned = (host, batch, None if drawn is None else drawn.tokens())
             else:
                 logits, starts = self.model.net.forward_logits(windows, taps=self.drafter.taps)
             draws = self._draws(streams, windows, logits, starts, planned)
@@ -238,6 +179,58 @@ class Engine:
             self.gate.finish(len(streams), any(w.used > 1 for w in windows), self._recordings() != recordings)
         self.rounds += 1
         return True
+
+    def _run_behind(self, streams) -> bool:
+        """A round while the one replayed ahead runs: when the same streams decode on, the next round is replayed
+        ahead too, its ids the tokens the round behind drew (on the device), before the host reads those tokens and
+        hands them out. Otherwise only the round behind's tokens are handed out, and the next call runs a round."""
+        behind, self.behind = self.behind, None
+        try:
+            if streams == behind.streams and self._goes_ahead(streams):
+                windows = [Window(stream.state, [0], "all") for stream in streams]  # the ids: on the device
+                if self.graphs.follows(windows, self.drafter.taps):
+                    self.behind = self._replay_ahead(streams, windows, follows=True)
+            tokens = behind.drawn.tokens()
+        except Exception as error:  # noqa: BLE001 (a failed round ends its streams with the error)
+            self.behind = None
+            for stream in behind.streams:
+                self._finish(stream, "error", error)
+            return True
+        for n, (stream, window) in enumerate(zip(behind.streams, behind.windows)):
+            if stream.request.finish_reason is not None:  # it ended while this round ran ahead: nothing to keep
+                continue
+            try:
+                self._after(stream, window, [int(tokens[n])].__getitem__)
+            except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
+                self._finish(stream, "error", error)
+        self.rounds += 1
+        return True
+
+    def _goes_ahead(self, streams) -> bool:
+        """Whether a round of these streams replays ahead of its tokens: rounds are pipelined, and every stream
+        decodes (its prompt in), drafts nothing (the drafter never proposes, or the request turned drafting off)
+        and draws on the device."""
+        if not self.pipelined:
+            return False
+        for stream in streams:
+            request, p = stream.request, stream.request.params
+            if (stream.prompt_fed < len(request.prompt) or (p.draft and self.drafter.proposes) or p.processes_logits
+                    or p.logprobs is not None or p.grammar is not None):
+                return False
+        return True
+
+    def _replay_ahead(self, streams, windows, follows: bool = False) -> Behind:
+        """Replay a one-row round without waiting for it; each stream's row is kept at once (the device holds it),
+        so that the next round's positions follow it. `follows`: its ids are the tokens the round behind drew, whose
+        output positions are one further than the tokens handed out so far."""
+        _, batch = rows_to_draw(streams, windows)
+        shift = 1 if follows else 0
+        batch = [(s, [position + shift for position in positions], request) for s, positions, request in batch]
+        _, _, drawn = self.graphs.run(windows, self.drafter.taps, draw_parameters(batch), ahead=follows)
+        for stream, window in zip(streams, windows):
+            window.issued_at = stream.state.length
+            stream.state.keep(1)
+        return Behind(streams, windows, drawn)
 
     def _drafting(self, streams) -> tuple:
         """(whether this round's decode windows may draft, whether the gate times the round). Without a gate every
@@ -260,12 +253,10 @@ class Engine:
 
         The draws of the whole round are made in one backend call, on the device when the backend has one, and only
         the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
-        position it has if the walk reaches it. A request whose logits are processed (`process_logits`, which
-        reads the tokens emitted so far), masked by a grammar or reported as logprobs draws on the host, a row at a
-        time as the walk reaches it. A prompt chunk that does not end the prompt draws nothing; one whose request
-        asks for the prompt's logprobs records them. `planned`: `_rows_to_draw`'s (host, batch) and the tokens a
-        replayed round drew in its recording (or None), when the round was replayed."""
-        host, batch, tokens = planned if planned is not None else (*self._rows_to_draw(streams, windows), None)
+        position it has if the walk reaches it. The streams `rows_to_draw` names draw on the host, a row at a time
+        as the walk reaches it (`process_logits` reads the tokens emitted so far); a scored prompt chunk records
+        its prompt's logprobs. `planned`: a replayed round's (host, batch) and the tokens drawn in its recording."""
+        host, batch, tokens = planned if planned is not None else (*rows_to_draw(streams, windows), None)
         draws = [None] * len(streams)
         for s in host:
             request, p, stream = streams[s].request, streams[s].request.params, streams[s]
@@ -280,39 +271,13 @@ class Engine:
                 drawn = logits
             else:  # (a device array's slice costs host time: made only here)
                 drawn = backend.concat_rows([logits[starts[s]:starts[s + 1]] for s, _, _ in batch])
-            tokens = backend.sample_rows(drawn, *self._draw_parameters(batch))
+            tokens = backend.sample_rows(drawn, *draw_parameters(batch))
         start = 0
         for s, positions, _ in batch:
             mine = [int(t) for t in tokens[start:start + len(positions)]]
             draws[s] = mine.__getitem__
             start += len(positions)
         return draws
-
-    def _rows_to_draw(self, streams, windows) -> tuple:
-        """(host, batch) for a round (see `_draws`): the streams that draw on the host, and for the others, in order,
-        (stream index, the output position of each row it draws, request)."""
-        host, batch = [], []
-        for s, (stream, window) in enumerate(zip(streams, windows)):
-            request, p = stream.request, stream.request.params
-            prompting = stream.prompt_fed < len(request.prompt)
-            scoring = prompting and p.prompt_logprobs is not None
-            if prompting and stream.prompt_fed + len(window.ids) < len(request.prompt) and not scoring:
-                continue
-            if p.processes_logits or p.logprobs is not None or p.grammar is not None or scoring:
-                host.append(s)
-                continue
-            depths = [0] if prompting else window.depths
-            batch.append((s, [len(request.output) + d for d in depths], request))
-        return host, batch
-
-    @staticmethod
-    def _draw_parameters(batch) -> tuple:
-        """`sample_rows`' per-row arrays for a batch's rows: seeds, output positions, temperature, top_k, top_p,
-        min_p."""
-        rows = [(request, position) for _, positions, request in batch for position in positions]
-        return (np.array([r.seed for r, _ in rows], np.uint64), np.array([n for _, n in rows], np.uint64),
-                *(np.array([getattr(r.params, f) for r, _ in rows], dtype) for f, dtype in (
-                    ("temperature", np.float32), ("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32))))
 
     def _admit(self, request: Request) -> Stream:
         """A free lane for the request, its cache empty or resumed from the prompt cache's longest stored prefix."""
@@ -340,11 +305,9 @@ class Engine:
 
     def _window(self, stream: Stream, drafting: bool = True) -> Window:
         """This round's rows for a stream: the next prompt chunk, or the decode row and (when `drafting`) its drafted
-        chain or tree.
-        When rounds replay from recordings, a drafted window is padded to 1 + max_draft rows (each padding row
-        follows the row before it): a drafter's shorter proposal, near a request's end or from the n-gram drafter,
-        then replays the round it recorded instead of recording a new one. A row's bits do not depend on the rows
-        after it, and the walk and the keep never reach the padding."""
+        chain or tree. When rounds replay from recordings, a drafted window is padded to 1 + max_draft rows (each
+        padding row follows the row before it), so that a shorter proposal replays the round it recorded: a row's
+        bits do not depend on the rows after it, and the walk and the keep never reach the padding."""
         prompt = stream.request.prompt
         if stream.prompt_fed < len(prompt):
             rows = prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
@@ -402,7 +365,8 @@ class Engine:
             request.stats.accepted += 1
         if request.finish_reason is None:
             self._observe(stream, window, range(kept))
-            stream.state.keep(kept)
+            if window.issued_at is None:  # (a round replayed ahead kept its row when it was issued)
+                stream.state.keep(kept)
 
     def _walk_tree(self, stream: Stream, window: Window, draw) -> None:
         """Verify a tree: from the root, follow the child whose token equals the model's own token at that row."""
@@ -428,11 +392,12 @@ class Engine:
         if stream.draft_state is None or not window.features:
             return
         rows = list(rows)
+        position = stream.state.length if window.issued_at is None else window.issued_at
         if rows == list(range(len(rows))):  # a chain's kept rows: the window's arrays, whole (a slice costs host time)
-            self.drafter.observe(stream.draft_state, window.features, stream.state.length, rows=len(rows))
+            self.drafter.observe(stream.draft_state, window.features, position, rows=len(rows))
             return
         kept = [self.model.backend.concat_rows([f[r:r + 1] for r in rows]) for f in window.features]  # a tree's path
-        self.drafter.observe(stream.draft_state, kept, stream.state.length)
+        self.drafter.observe(stream.draft_state, kept, position)
 
     def _sample(self, request: Request, logits_row) -> int:
         """The token for the request's next output position. The processing, the grammar's mask and the logprobs

@@ -19,7 +19,7 @@ LAYERS = [
     ["backends"],
     ["model"],
     ["drafters"],
-    ["prompt_cache", "grammar", "sampling", "engine"],
+    ["prompt_cache", "grammar", "sampling", "request", "engine"],
     ["api", "__init__"],
     ["serve"],
     ["cli"],

@@ -93,12 +93,30 @@ def sampled_eager(graph_model):
 
 def test_a_replayed_round_draws_in_its_recording(graph_model, sampled_eager, monkeypatch):
     """A round whose every stream draws on the device draws inside its replay: no `sample_rows` call but the
-    prompt round's, and seeded sampling gives the eager rounds' tokens."""
+    prompt round's, and seeded sampling gives the eager rounds' tokens (rounds not replayed ahead here)."""
     calls, real = [], graph_model.backend.sample_rows
     monkeypatch.setattr(graph_model.backend, "sample_rows", lambda *args: calls.append(1) or real(*args))
-    engine = one_lane(graph_model, chunk=8)
+    engine = one_lane(graph_model, chunk=8, ahead=False)
     assert engine.generate(FIRST, SAMPLED) == sampled_eager
     assert len(calls) == 1 and engine.graphs.replayed == 3  # the prompt round's draw; three decode rounds replayed
+
+
+def test_rounds_replayed_ahead_read_their_ids_on_the_device(graph_model, sampled_eager):
+    """Undrafted one-row rounds replay ahead of their tokens: the first decode round with the ids the host wrote,
+    then two recordings in turn whose ids are the tokens the round before drew, one round more than the request
+    needs (its row computed, never kept); the tokens are the eager rounds'."""
+    engine = one_lane(graph_model, chunk=8)
+    assert engine.generate(FIRST, SAMPLED) == sampled_eager
+    assert (engine.graphs.recorded, engine.graphs.replayed) == (3, 4)
+
+
+def test_control_a_round_ahead_with_the_hosts_ids_is_caught(graph_model, sampled_eager, monkeypatch):
+    """Control: rounds replayed ahead whose ids stay the host's placeholder (their copy of the tokens before them
+    left out of the recording) give other tokens."""
+    record = DecodeGraphs._record
+    monkeypatch.setattr(DecodeGraphs, "_record", lambda self, windows, taps, drawn, feed=None, ahead=False: record(
+        self, windows, taps, drawn, feed, False))
+    assert one_lane(graph_model, chunk=8).generate(FIRST, SAMPLED) != sampled_eager
 
 
 def test_control_draw_parameters_left_as_recorded_are_caught(graph_model, sampled_eager, monkeypatch):
@@ -113,7 +131,7 @@ def test_control_draw_parameters_left_as_recorded_are_caught(graph_model, sample
             write(slots, *values)
 
     monkeypatch.setattr(DrawSlots, "write", once)
-    assert one_lane(graph_model, chunk=8).generate(FIRST, SAMPLED) != sampled_eager
+    assert one_lane(graph_model, chunk=8, ahead=False).generate(FIRST, SAMPLED) != sampled_eager
 
 
 def test_a_resumed_request_restores_into_the_lane(graph_model, alone):

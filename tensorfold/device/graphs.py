@@ -162,7 +162,10 @@ class Graph:
         self.stream, self.held, self.launches = stream, held, launches
         self.forks = 0  # sets of lanes recorded side by side
         self.executable = executable
+        self.done = None  # an event recorded after each replay on the GPU, which `wait` waits for
         if executable is not None:
+            from numba import cuda
+            self.done = cuda.event(timing=False)
             weakref.finalize(self, _destroy, captured, executable)
 
     def replay(self) -> None:
@@ -171,6 +174,13 @@ class Graph:
                 kernel[configuration](*arguments)
             return
         _check(cu.cuGraphLaunch(self.executable, cu.CUstream(int(self.stream.handle or 0))))
+        self.done.record(self.stream)
+
+    def wait(self) -> None:
+        """Wait until the last replay has run (and nothing queued after it: a round replayed ahead runs on). The
+        simulator's replay has run when it returns."""
+        if self.done is not None:
+            self.done.synchronize()
 
 
 def _destroy(captured, executable) -> None:

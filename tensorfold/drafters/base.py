@@ -13,6 +13,11 @@ class Drafter:
     taps: tuple = ()  # target layers whose outputs (the residual stream after the layer) the drafter reads
     recordings = 0  # CUDA graphs it has recorded so far (the block drafter's replayed proposals and extends)
 
+    @property
+    def proposes(self) -> bool:
+        """Whether it ever proposes a guess: a drafter that overrides `propose` or `propose_tree` does."""
+        return type(self).propose is not Drafter.propose or type(self).propose_tree is not Drafter.propose_tree
+
     def new_stream(self):
         """Per-stream drafter state, handed back to `observe` and the proposals (none here)."""
 

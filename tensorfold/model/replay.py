@@ -23,7 +23,12 @@ and its stream's length). `DecodeGraphs.run(windows)` runs such a round's forwar
 4. When every stream of the round draws on the device (no request's logits processed on the host, masked by a
    grammar or reported as logprobs), the draws are recorded after the forward too: their per-row parameters go
    into mapped memory before the replay as the integers do, and the tokens come back through mapped memory, so a
-   round is one replay and one wait. (Such rounds and the others are recorded apart: the key says which.)
+   round is one replay and one wait. (Such rounds and the others are recorded apart: the key says which.) A
+   one-row round drawn so also copies its tokens into a device buffer of its key (`feeds`), and the next round of
+   the same key may be replayed ahead (`follows`, `run(..., ahead=True)`): its recording copies its ids from that
+   buffer, so the host issues it before it has read the tokens (engine.py, "Rounds replayed ahead"). Two
+   recordings of such a round take turns, and a replay waits only for its own recording's last replay (an event
+   recorded after each, `Graph.wait`) before it rewrites that recording's pinned buffers.
 
 What the keep then does depends on the shape.
 
@@ -112,19 +117,24 @@ class DecodeGraphs:
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
         self.recorded = self.replayed = 0  # counts, for tests and the benchmark
         self.keeping = None  # the drafted round replayed last, whose keep `keep_round` replays
+        self.feeds = {}  # key of a one-row round drawn in its replay -> the device copy of the tokens it drew
+        self.fed = None  # the key of the round replayed last, when it fed its tokens (a round may follow it ahead)
+        self.variant = 0  # which of the two recordings of a round that follows ahead replays next
 
     @staticmethod
     def eligible(windows) -> bool:
         """Whether a round is a decode round a graph can run: every window 1 .. MAX_ROWS rows, logits for all."""
         return all(1 <= len(w.ids) <= MAX_ROWS and w.logits_for == "all" for w in windows)
 
-    def run(self, windows: list, taps: tuple = (), draws: tuple | None = None) -> tuple:
+    def run(self, windows: list, taps: tuple = (), draws: tuple | None = None, ahead: bool = False) -> tuple:
         """Forward a decode round from its recording; returns the round's logits, where each window's rows start (as
-        `Qwen35.forward_logits` does) and the tokens drawn at its rows, or None. With `draws`, every row's draw
-        parameters (`sample_rows`' seeds, positions, temperature, top_k, top_p, min_p, in row order), the round's
-        draws are part of its recording and the tokens come back with the replay. A one-row round's `keep(1)`
-        afterwards only counts the row; a drafted round's `keep` or `keep_path` writes its path for the round's
-        recorded keep, which `keep_round` replays."""
+        `Qwen35.forward_logits` does) and its `Drawn` tokens, or None. With `draws`, every row's draw parameters
+        (`sample_rows`' seeds, positions, temperature, top_k, top_p, min_p, in row order), the round's draws are
+        part of its recording, and `Drawn.tokens()` waits for the replay and reads them. With `ahead` (a one-row
+        round that `follows` the last), its ids are the tokens that round drew, read on the device: the host
+        issues it before it has those tokens. A one-row round's `keep(1)` afterwards only counts the row; a
+        drafted round's `keep` or `keep_path` writes its path for the round's recorded keep, which `keep_round`
+        replays."""
         assert self.eligible(windows), "a graph runs decode rounds only"
         self.keeping = None
         for win in windows:
@@ -134,17 +144,28 @@ class DecodeGraphs:
             if any(buffer.shape[0] < state.length + len(win.ids) for buffer in state.keys.values()):
                 room = max(HEADROOM, len(win.ids))
                 state.reserve(room if state.max_rows is None else min(room, state.max_rows - state.length))
-        key = self.key(windows, taps) + (draws is not None,)
+        base = self.key(windows, taps)
+        feeding = draws is not None and all(len(win.ids) == 1 for win in windows)
+        if feeding and base not in self.feeds:
+            self.feeds[base] = self.net.ops.upload(np.zeros(len(windows), np.int32))
+        assert not ahead or self.fed == base, "a round replayed ahead follows a fed round of the same key"
+        if ahead:
+            self.variant ^= 1  # two recordings in turn: one's buffers are rewritten while the other's round runs
+        key = base + (draws is not None, self.variant if ahead else None)
         recorded = self.recordings.get(key)
         if recorded is None:
-            recorded = self.recordings[key] = self._record(windows, taps, draws is not None)
+            recorded = self.recordings[key] = self._record(windows, taps, draws is not None,
+                                                           self.feeds.get(base) if feeding else None, ahead)
             while len(self.recordings) > self.capacity:
-                self.recordings.popitem(last=False)
+                dropped, _ = self.recordings.popitem(last=False)
+                if all(other[:3] != dropped[:3] for other in self.recordings):
+                    self.feeds.pop(dropped[:3], None)
         self.recordings.move_to_end(key)
         self.write_integers(recorded, windows)
         if draws is not None:
             recorded.draws.write(*draws)
         recorded.graph.replay()
+        self.fed = base if feeding else None
         self.replayed += 1
         for n, (win, features) in enumerate(zip(windows, recorded.features)):
             win.features = features
@@ -154,11 +175,15 @@ class DecodeGraphs:
                 win.state.window_rows, win.state.keep_row = len(win.ids), recorded.paths[n]
         if not recorded.in_place:
             self.keeping = (recorded, windows)
-        tokens = None
-        if draws is not None:
-            self.net.ops.synchronize()
-            tokens = recorded.draws.tokens()
-        return recorded.logits, recorded.starts, tokens
+        return recorded.logits, recorded.starts, None if draws is None else Drawn(recorded)
+
+    def follows(self, windows: list, taps: tuple = ()) -> bool:
+        """Whether a one-row round can be replayed ahead (`run(..., ahead=True)`), its ids the tokens the last round
+        drew: that round fed its tokens, with the same streams, buffers and taps, and every stream's key/value
+        buffers have room for its row (a buffer that must grow makes another recording)."""
+        return (self.fed is not None and all(len(win.ids) == 1 and win.parents is None for win in windows)
+                and self.key(windows, taps) == self.fed
+                and all(buffer.shape[0] > win.state.length for win in windows for buffer in win.state.keys.values()))
 
     def keep_round(self) -> None:
         """After the walks of a drafted round: replay its recorded keep, which applies every stream's kept path (the
@@ -180,18 +205,22 @@ class DecodeGraphs:
                 tuple((len(win.ids), "chain" if win.parents is None else "tree") for win in windows), taps)
 
     def write_integers(self, recorded: Recorded, windows: list) -> None:
-        """The round's integers and its trees' maps into the recording's host buffers, once its last replay has
-        copied them out (in the engine it has: that round's tokens came back, so the wait returns at once)."""
-        self.net.ops.synchronize()
+        """The round's integers and its trees' maps into the recording's host buffers, once its last replay (and its
+        keep's) has copied them out: a wait for that replay alone, so that a round replayed ahead, on the other
+        recording, runs on."""
+        recorded.graph.wait()
+        if recorded.keep is not None:
+            recorded.keep.wait()
         recorded.integers[...] = RoundInputs.table(windows)
         if recorded.maps is not None:
             recorded.maps[...] = tree_maps(windows)
         if recorded.paths is not None:
             recorded.paths[...] = -1  # no path kept yet
 
-    def _record(self, windows: list, taps: tuple, drawn: bool) -> Recorded:
-        """Record the forward of a decode round over a fixed input buffer, its draws when `drawn`, and a one-row
-        round's in-place keep; a drafted round's keep is a recording of its own (`_record_keep`)."""
+    def _record(self, windows: list, taps: tuple, drawn: bool, feed=None, ahead: bool = False) -> Recorded:
+        """Record the forward of a decode round over a fixed input buffer, its draws when `drawn` (and a copy of the
+        tokens into `feed`, when given), and a one-row round's in-place keep; a drafted round's keep is a recording
+        of its own (`_record_keep`). `ahead`: the ids come from `feed`, where the round before put its tokens."""
         ops = self.net.ops
         draws = ops.draw_slots(sum(len(win.ids) for win in windows)) if drawn else None
         shape = (RoundInputs.ROWS, sum(len(win.ids) for win in windows))
@@ -214,11 +243,15 @@ class DecodeGraphs:
         try:
             with graphs.Recording(ops.stream) as recording:
                 ops.copy_into(table, readable)  # the kernels after it read device memory, not the host's, each time
+                if ahead:
+                    ops.copy_into(table[0], feed)  # the ids: the tokens the round before drew
                 if trees:
                     ops.copy_into(device_maps, readable_maps)
                 logits, starts = self.net.forward_logits(windows, taps, inputs)
                 if drawn:
                     ops.draw_into(logits, draws)
+                if feed is not None:
+                    ops.copy_into(feed, draws.device_tokens)
                 if in_place:
                     with ops.side_by_side(len(windows)) as lanes:
                         for n, win in enumerate(windows):
@@ -254,6 +287,17 @@ class DecodeGraphs:
                     for i in win.state.keys:
                         ops.kv_compact(win.state.keys[i], win.state.values[i], committed, path)
         return recording.graph, paths
+
+
+class Drawn:
+    """The tokens a replayed round drew, in mapped memory: `tokens()` waits for that replay alone and reads them."""
+
+    def __init__(self, recorded: Recorded):
+        self.recorded = recorded
+
+    def tokens(self) -> np.ndarray:
+        self.recorded.graph.wait()
+        return self.recorded.draws.tokens()
 
 
 def tree_maps(windows: list) -> np.ndarray:

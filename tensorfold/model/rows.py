@@ -95,6 +95,7 @@ class Window:
     parents: list | None = None
     features: list | None = None  # after a forward with taps: each tapped layer's output at the window's rows
     padding: int = 0  # rows at the end that only fill a recorded round's shape: computed, never walked or kept
+    issued_at: int | None = None  # replayed ahead: the stream's length when issued, its one row kept then
 
     @property
     def used(self) -> int:

@@ -22,8 +22,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
-from tensorfold.engine import FINISHED
 from tensorfold.errors import TensorfoldError
+from tensorfold.request import FINISHED
 from tensorfold.serve import protocol
 from tensorfold.serve.metrics import Metrics
 from tensorfold.serve.output import ChatOutput, TextOutput

@@ -7,8 +7,9 @@ app turns it into `{"error": {"message", "type", "param", "code"}}`. Each route 
 import dataclasses
 import json
 
-from tensorfold.engine import SamplingParams, check_ids
 from tensorfold.errors import TensorfoldError
+from tensorfold.request import check_ids
+from tensorfold.sampling import SamplingParams
 
 MAX_N = 8  # choices per request
 MAX_DEPTH = 32  # nesting of arrays and objects in a body: far past any OpenAI request, far short of recursion limits
