@@ -91,23 +91,52 @@ def sampled_eager(graph_model):
     return Engine(graph_model, parallel=1, context=64, graphs=False).generate(FIRST, SAMPLED)
 
 
-def test_a_replayed_round_draws_in_its_recording(graph_model, sampled_eager, monkeypatch):
-    """A round whose every stream draws on the device draws inside its replay: no `sample_rows` call but the
-    prompt round's, and seeded sampling gives the eager rounds' tokens (rounds not replayed ahead here)."""
+def test_rounds_replayed_ahead_draw_in_the_replay_and_read_their_ids_on_the_device(graph_model, sampled_eager,
+                                                                                   monkeypatch):
+    """A one-row round whose stream draws on the device draws inside its replay (no `sample_rows` call but the
+    prompt round's), and replays ahead of its tokens: the first decode round with the ids the host wrote, then two
+    recordings in turn whose ids are the tokens the round before drew, one round more than the request needs (its
+    row computed, never kept). Seeded sampling gives the eager rounds' tokens."""
     calls, real = [], graph_model.backend.sample_rows
     monkeypatch.setattr(graph_model.backend, "sample_rows", lambda *args: calls.append(1) or real(*args))
-    engine = one_lane(graph_model, chunk=8, ahead=False)
-    assert engine.generate(FIRST, SAMPLED) == sampled_eager
-    assert len(calls) == 1 and engine.graphs.replayed == 3  # the prompt round's draw; three decode rounds replayed
-
-
-def test_rounds_replayed_ahead_read_their_ids_on_the_device(graph_model, sampled_eager):
-    """Undrafted one-row rounds replay ahead of their tokens: the first decode round with the ids the host wrote,
-    then two recordings in turn whose ids are the tokens the round before drew, one round more than the request
-    needs (its row computed, never kept); the tokens are the eager rounds'."""
     engine = one_lane(graph_model, chunk=8)
     assert engine.generate(FIRST, SAMPLED) == sampled_eager
-    assert (engine.graphs.recorded, engine.graphs.replayed) == (3, 4)
+    assert len(calls) == 1 and (engine.graphs.recorded, engine.graphs.replayed) == (3, 4)
+
+
+def test_control_draw_parameters_never_written_are_caught(graph_model, sampled_eager, monkeypatch):
+    """Control: replays that draw with parameters never written (only the prompt round's draw writes its own) give
+    other tokens."""
+    from tensorfold.backends.cuda_backend import DrawSlots
+    write, written = DrawSlots.write, []
+
+    def first_only(slots, *values):
+        if not written:
+            written.append(slots)
+            write(slots, *values)
+
+    monkeypatch.setattr(DrawSlots, "write", first_only)
+    assert one_lane(graph_model, chunk=8).generate(FIRST, SAMPLED) != sampled_eager
+
+
+def test_a_stream_that_ends_while_its_round_runs_ahead_leaves_the_others_exact(graph_model):
+    """Two streams ahead of their tokens, the first ending after two tokens while its next round already runs: the
+    second waits for that round, then goes on alone (a round of one stream, then ahead again); both give the eager
+    engine's tokens."""
+    prompts, lengths = [FIRST, SECOND], [2, 4]
+
+    def outputs(graphs):
+        engine = Engine(graph_model, parallel=2, context=64, chunk=8, graphs=graphs)
+        requests = [engine.submit(p, SamplingParams(max_tokens=n, stop_ids=(), temperature=0.8, seed=9))
+                    for p, n in zip(prompts, lengths)]
+        while engine.run_round():
+            pass
+        return [r.output for r in requests], engine
+
+    eager, _ = outputs(False)
+    ahead, engine = outputs(True)
+    assert ahead == eager and [len(o) for o in ahead] == lengths
+    assert engine.graphs.recorded == 4  # two streams: drawn, then one ahead; one stream: drawn, then one ahead
 
 
 def test_control_a_round_ahead_with_the_hosts_ids_is_caught(graph_model, sampled_eager, monkeypatch):
@@ -117,21 +146,6 @@ def test_control_a_round_ahead_with_the_hosts_ids_is_caught(graph_model, sampled
     monkeypatch.setattr(DecodeGraphs, "_record", lambda self, windows, taps, drawn, feed=None, ahead=False: record(
         self, windows, taps, drawn, feed, False))
     assert one_lane(graph_model, chunk=8).generate(FIRST, SAMPLED) != sampled_eager
-
-
-def test_control_draw_parameters_left_as_recorded_are_caught(graph_model, sampled_eager, monkeypatch):
-    """Control: a replay that draws with the parameters its recording was made with (the first decode round's
-    output position, each time) gives other tokens."""
-    from tensorfold.backends.cuda_backend import DrawSlots
-    write, written = DrawSlots.write, set()
-
-    def once(slots, *values):
-        if id(slots) not in written:
-            written.add(id(slots))
-            write(slots, *values)
-
-    monkeypatch.setattr(DrawSlots, "write", once)
-    assert one_lane(graph_model, chunk=8, ahead=False).generate(FIRST, SAMPLED) != sampled_eager
 
 
 def test_a_resumed_request_restores_into_the_lane(graph_model, alone):
