@@ -15,13 +15,9 @@ does not depend on which streams share its rounds: every row's logits are the bi
 `parallel` lanes keeps its cache from request to request, reset in place, so the decode rounds recorded on the
 lane's buffers (model/replay.py) replay for every request the lane serves.
 
-Rounds replayed ahead. When rounds replay from recordings and every stream decodes one undrafted row a round,
-drawn on the device, the host need not wait for a round's tokens before it issues the next: the next round's ids
-are the tokens the round before drew, which its recording reads on the device. So the engine issues round n + 1
-before it reads round n's tokens and hands them out (`_run_behind`), and the device works while the host does.
-A stream whose request ends at round n has had one more row computed, which nothing keeps (its lane is reset for
-the next request); anything else (a stream joining or leaving, a drafted or host-drawn round, a buffer to grow)
-waits for the round ahead first. Each row's bits are the same either way.
+Rounds replayed ahead: when every stream decodes one undrafted row drawn on the device, the engine issues round
+n + 1, whose recording reads its ids from the tokens round n drew, before it reads round n's tokens and hands them
+out (`_run_behind`), so the device works while the host does (docs/architecture.rst, "Rounds replayed ahead").
 """
 import dataclasses
 import os
@@ -82,6 +78,7 @@ class Engine:
         self.pipelined = self.graphs is not None and (
             ahead if ahead is not None else os.environ.get("TENSORFOLD_AHEAD", "1") != "0")
         self.behind = None  # the round replayed ahead, its tokens not read yet (a Behind)
+        self.decided = None  # (streams, drafting, timed): what `_drafting` said in a round that had to wait for it
         if prompt_cache is not None and prompt_cache.chunk != chunk:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
@@ -138,18 +135,19 @@ class Engine:
             for stream in [s for s in self.active if s.request.cancelled]:
                 self._finish(stream, "cancelled")
             streams = list(self.active)
-        if self.behind is not None:
-            return self._run_behind(streams)
-        if not streams:
+        if not streams and self.behind is None:
             return False
-        if self._goes_ahead(streams):  # issued, and its tokens read by the next call (`_run_behind`)
+        decided, self.decided = self.decided, None
+        drafting, timed = decided[1:] if decided is not None and decided[0] == streams else self._drafting(streams)
+        if self.behind is not None:
+            return self._run_behind(streams, drafting, timed)
+        if self._goes_ahead(streams, drafting):  # issued, and its tokens read by the next call (`_run_behind`)
             try:
                 self.behind = self._replay_ahead(streams, [self._window(stream, False) for stream in streams])
             except Exception as error:  # noqa: BLE001 (a failed round ends its streams with the error)
                 for stream in streams:
                     self._finish(stream, "error", error)
             return True
-        drafting, timed = self._drafting(streams)
         if timed:
             self.gate.start()
             recordings = self._recordings()
@@ -180,13 +178,16 @@ class Engine:
         self.rounds += 1
         return True
 
-    def _run_behind(self, streams) -> bool:
-        """A round while the one replayed ahead runs: when the same streams decode on, the next round is replayed
-        ahead too, its ids the tokens the round behind drew (on the device), before the host reads those tokens and
-        hands them out. Otherwise only the round behind's tokens are handed out, and the next call runs a round."""
+    def _run_behind(self, streams, drafting: bool, timed: bool) -> bool:
+        """While the round replayed ahead runs: when the same streams decode on, undrafted, the next round goes ahead
+        too (its ids those the round behind drew, on the device), then the round behind's tokens are handed out.
+        Otherwise only they are, and the next call runs the round `_drafting` decided here."""
         behind, self.behind = self.behind, None
+        if timed:
+            self.gate.start()
+            recordings = self._recordings()
         try:
-            if streams == behind.streams and self._goes_ahead(streams):
+            if streams == behind.streams and self._goes_ahead(streams, drafting):
                 windows = [Window(stream.state, [0], "all") for stream in streams]  # the ids: on the device
                 if self.graphs.follows(windows, self.drafter.taps):
                     self.behind = self._replay_ahead(streams, windows, follows=True)
@@ -203,29 +204,31 @@ class Engine:
                 self._after(stream, window, [int(tokens[n])].__getitem__)
             except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
                 self._finish(stream, "error", error)
+        if self.behind is None:  # the next call runs the round decided here
+            self.decided = (streams, drafting, timed)
+        elif timed:
+            self.gate.finish(len(streams), False, self._recordings() != recordings)
         self.rounds += 1
         return True
 
-    def _goes_ahead(self, streams) -> bool:
+    def _goes_ahead(self, streams, drafting: bool) -> bool:
         """Whether a round of these streams replays ahead of its tokens: rounds are pipelined, and every stream
-        decodes (its prompt in), drafts nothing (the drafter never proposes, or the request turned drafting off)
-        and draws on the device."""
+        decodes (its prompt in), drafts nothing (the drafter never proposes, the round does not draft, or the
+        request turned drafting off) and draws on the device."""
         if not self.pipelined:
             return False
         for stream in streams:
             request, p = stream.request, stream.request.params
-            if (stream.prompt_fed < len(request.prompt) or (p.draft and self.drafter.proposes) or p.processes_logits
-                    or p.logprobs is not None or p.grammar is not None):
+            if (stream.prompt_fed < len(request.prompt) or (p.draft and drafting and self.drafter.proposes)
+                    or p.processes_logits or p.logprobs is not None or p.grammar is not None):
                 return False
         return True
 
     def _replay_ahead(self, streams, windows, follows: bool = False) -> Behind:
-        """Replay a one-row round without waiting for it; each stream's row is kept at once (the device holds it),
-        so that the next round's positions follow it. `follows`: its ids are the tokens the round behind drew, whose
-        output positions are one further than the tokens handed out so far."""
-        _, batch = rows_to_draw(streams, windows)
-        shift = 1 if follows else 0
-        batch = [(s, [position + shift for position in positions], request) for s, positions, request in batch]
+        """Replay a one-row round without waiting; each row is kept at once (the device holds it). `follows`: its ids
+        are the tokens the round behind drew, so its draws are one output position further."""
+        batch = [(s, [n + int(follows) for n in positions], request) for s, positions, request in
+                 rows_to_draw(streams, windows)[1]]
         _, _, drawn = self.graphs.run(windows, self.drafter.taps, draw_parameters(batch), ahead=follows)
         for stream, window in zip(streams, windows):
             window.issued_at = stream.state.length
@@ -233,9 +236,8 @@ class Engine:
         return Behind(streams, windows, drawn)
 
     def _drafting(self, streams) -> tuple:
-        """(whether this round's decode windows may draft, whether the gate times the round). Without a gate every
-        round may; with one, only a decode round (no prompt chunk) that the gate says pays, and the gate times every
-        decode round."""
+        """(whether the round's decode windows may draft, whether the gate times it): without a gate every round may;
+        with one, a decode round (no prompt chunk) that the gate says pays, every decode round timed."""
         if self.gate is None:
             return True, False
         if any(stream.prompt_fed < len(stream.request.prompt) for stream in streams):
@@ -249,13 +251,11 @@ class Engine:
 
     def _draws(self, streams, windows, logits, starts, planned=None) -> list:
         """For each stream, `draw(row)`: the model's token at a row of its window's logits (rows starts[s] ..
-        starts[s + 1] - 1 of the round's `logits`).
-
-        The draws of the whole round are made in one backend call, on the device when the backend has one, and only
-        the tokens come back: row r of a chain or tree is drawn for output position len(output) + depth(r), the
-        position it has if the walk reaches it. The streams `rows_to_draw` names draw on the host, a row at a time
-        as the walk reaches it (`process_logits` reads the tokens emitted so far); a scored prompt chunk records
-        its prompt's logprobs. `planned`: a replayed round's (host, batch) and the tokens drawn in its recording."""
+        starts[s + 1] - 1 of the round's `logits`). The round's draws are one backend call, on the device when the
+        backend has one, and only the tokens come back: row r of a chain or tree is drawn for output position
+        len(output) + depth(r), the position it has if the walk reaches it. The streams `rows_to_draw` names draw on
+        the host, a row at a time as the walk reaches it; a scored prompt chunk records its prompt's logprobs.
+        `planned`: a replayed round's (host, batch) and the tokens drawn in its recording."""
         host, batch, tokens = planned if planned is not None else (*rows_to_draw(streams, windows), None)
         draws = [None] * len(streams)
         for s in host:

@@ -139,6 +139,31 @@ def test_a_stream_that_ends_while_its_round_runs_ahead_leaves_the_others_exact(g
     assert engine.graphs.recorded == 4  # two streams: drawn, then one ahead; one stream: drawn, then one ahead
 
 
+def test_rounds_go_ahead_while_the_gate_finds_drafting_does_not_pay(graph_model):
+    """With "auto"'s gate, a round the gate does not draft goes ahead of its tokens like any undrafted round: here
+    drafted rounds cost ten undrafted ones, so after measuring both the gate stops drafting and the rounds go
+    ahead. The tokens are the eager undrafted rounds'."""
+    from test_draft_gate import RoundClock
+
+    from tensorfold.drafters import DraftGate
+
+    class Repeats(Drafter):  # two guesses every round, made at no cost: the last token again
+        def propose(self, tokens, max_rows, state=None):
+            return [tokens[-1]] * max_rows
+
+    params = SamplingParams(max_tokens=8, stop_ids=(), temperature=0.8, seed=3)
+    eager = Engine(graph_model, parallel=1, context=64, graphs=False).generate(FIRST, params)
+    clock, drafter = RoundClock(), Repeats()
+    propose = drafter.propose_tree
+    drafter.propose_tree = lambda *args: clock.takes(10.0) or propose(*args)
+    engine = one_lane(graph_model, chunk=8, drafter=drafter, max_draft=2, gate=DraftGate(clock))
+    request = engine.submit(FIRST, params)
+    while engine.run_round():
+        pass
+    assert request.output == eager and 0 < request.stats.draft_rounds < 4
+    assert any(key[-1] is not None for key in engine.graphs.recordings)  # a recording of a round replayed ahead
+
+
 def test_control_a_round_ahead_with_the_hosts_ids_is_caught(graph_model, sampled_eager, monkeypatch):
     """Control: rounds replayed ahead whose ids stay the host's placeholder (their copy of the tokens before them
     left out of the recording) give other tokens."""

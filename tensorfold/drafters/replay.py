@@ -117,8 +117,9 @@ class DraftGraphs:
         return recorded
 
     def _replay(self, recorded: Recorded, table) -> None:
-        """The integers into the recording's host buffer, once its last replay has copied them out, then a replay."""
-        self.ops.synchronize()
+        """The integers into the recording's host buffer, once its last replay has copied them out (a wait for that
+        replay alone: a target round replayed ahead runs on), then a replay."""
+        recorded.graph.wait()
         recorded.integers[...] = table
         recorded.graph.replay()
         self.replayed += 1
