@@ -40,6 +40,9 @@ from tensorfold.cli.bench.timing import (
 from tensorfold.drafters.base import Drafter
 
 
+WARMUP_PROMPT = 520  # tokens of the prefill before the timed ones: every prompt kernel compiles (rows past a round's)
+
+
 def echo(line: str = "") -> None:
     print(line, flush=True)
 
@@ -180,7 +183,6 @@ def run_decode(model, args, rng) -> dict:
 
 def run_peer(config, args, device: str, rng) -> dict:
     """The peer's decode and prefill, as the command asks, and what it runs with."""
-    from tensorfold.api import PROMPT_CHUNK
     started = time.perf_counter()
     peer = Peer(config, device)
     echo(f"# peer built in {time.perf_counter() - started:.1f} s")
@@ -193,7 +195,7 @@ def run_peer(config, args, device: str, rng) -> dict:
         result["decode"] = peer.decode_rate(prompt, args.tokens, args.warmup)
         echo(f"#   peer decode x1: {result['decode']['tok_s']:,.1f} tok/s")
     if args.bench in ("prefill", "all"):
-        peer.prefill_rate(PROMPT_CHUNK + 8, rng)  # warm-up
+        peer.prefill_rate(WARMUP_PROMPT, rng)
         result["prefill"] = prefill_lengths(lambda n: peer.prefill_rate(n, rng), args.lengths, args.max_seconds,
                                             "peer")
     return result
@@ -324,7 +326,6 @@ def report(results: dict) -> list:
 
 def run(args) -> int:
     import tensorfold
-    from tensorfold.api import PROMPT_CHUNK
     from tensorfold.errors import TensorfoldError
     from tensorfold.model.replay import MAX_ROWS
 
@@ -360,7 +361,7 @@ def run(args) -> int:
         results["decode"] = run_decode(model, args, rng)
         save()
     if prefilling:
-        model.prefill(rng.integers(0, config.vocab_size, PROMPT_CHUNK + 8).tolist(), model.net.new_state())  # warm-up
+        model.prefill(rng.integers(0, config.vocab_size, WARMUP_PROMPT).tolist(), model.net.new_state())
         results["prefill"] = prefill_lengths(lambda n: prefill_rate(model, n, rng), args.lengths, args.max_seconds,
                                              "tensorfold")
         save()
