@@ -219,8 +219,8 @@ class Engine:
             return False
         for stream in streams:
             request, p = stream.request, stream.request.params
-            if (stream.prompt_fed < len(request.prompt) or (p.draft and drafting and self.drafter.proposes)
-                    or p.processes_logits or p.logprobs is not None or p.grammar is not None):
+            if (stream.prompt_fed < len(request.prompt) or p.draws_on_host
+                    or (p.draft and drafting and self.drafter.proposes)):
                 return False
         return True
 

@@ -118,7 +118,7 @@ def rows_to_draw(streams, windows) -> tuple:
         scoring = prompting and p.prompt_logprobs is not None
         if prompting and stream.prompt_fed + len(window.ids) < len(request.prompt) and not scoring:
             continue
-        if p.processes_logits or p.logprobs is not None or p.grammar is not None or scoring:
+        if p.draws_on_host or scoring:
             host.append(s)
             continue
         depths = [0] if prompting else window.depths

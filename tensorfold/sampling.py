@@ -101,6 +101,12 @@ class SamplingParams:
         return bool(self.logit_bias or self.repetition_penalty != 1 or self.presence_penalty
                     or self.frequency_penalty)
 
+    @property
+    def draws_on_host(self) -> bool:
+        """Whether its rows are drawn on the host, a row at a time: its logits processed, masked by a grammar, or
+        reported as logprobs."""
+        return self.processes_logits or self.logprobs is not None or self.grammar is not None
+
 
 class TokenHistory:
     """The tokens before a request's next row: the prompt's distinct ids, and each output token's count."""
