@@ -31,15 +31,7 @@ from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import MAX_ROWS, DecodeGraphs, replays_decode_rounds
 from tensorfold.model.rows import Window
-from tensorfold.request import (
-    FINISHED,
-    Request,
-    Stream,
-    check_ids,
-    check_prompt,
-    draw_parameters,
-    rows_to_draw,
-)
+from tensorfold.request import FINISHED, Request, Stream, check_ids, check_prompt, draw_parameters, rows_to_draw
 from tensorfold.sampling import SamplingParams, log_probabilities, process_logits, prompt_log_probabilities
 
 
@@ -168,13 +160,13 @@ class Engine:
             return True
         for stream, window, draw in zip(streams, windows, draws):
             try:
-                self._after(stream, window, draw)
+                self._after(stream, window, draw, drafting)
             except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
                 self._finish(stream, "error", error)
         if self.graphs is not None:
             self.graphs.keep_round()  # a replayed drafted round's keeps, recorded: one replay for every stream
         if timed:
-            self.gate.finish(len(streams), any(w.used > 1 for w in windows), self._recordings() != recordings)
+            self.gate.finish(len(streams), drafting, self._recordings() != recordings)
         self.rounds += 1
         return True
 
@@ -327,8 +319,9 @@ class Engine:
             return Window(stream.state, ids, "all", padding=padding)  # a chain
         return Window(stream.state, ids, "all", parents=parents, padding=padding)
 
-    def _after(self, stream: Stream, window: Window, draw) -> None:
-        """Keep the accepted rows and hand out the new tokens (`draw(row)`: the model's token at a row)."""
+    def _after(self, stream: Stream, window: Window, draw, drafting: bool = False) -> None:
+        """Keep the accepted rows and hand out the new tokens (`draw(row)`: the model's token at a row). `drafting`:
+        the round let streams draft, so what it gave one that drafts (1 token if nothing was proposed) is counted."""
         request = stream.request
         request.stats.rounds += 1
         if stream.prompt_fed < len(request.prompt):  # a prompt chunk
@@ -350,7 +343,7 @@ class Engine:
             self._walk_tree(stream, window, draw)
         else:
             self._walk_chain(stream, window, draw, drafts)
-        if drafts:
+        if drafts or drafting and request.params.draft:
             stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted)
 
     def _walk_chain(self, stream: Stream, window: Window, draw, drafts) -> None:

@@ -9,15 +9,16 @@ round's:
 
     sum over the streams of tokens_s / seconds_drafted  >  streams / seconds_undrafted
 
-with tokens_s = 1 for a stream that does not draft (its request turned drafting off). Only decode rounds are timed
-(a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor the first
-round of a kind (compiles, first uploads) is, since no later round costs what they did. What the gate has not
-measured yet it tries: a kind of round not yet timed runs next, and a stream's tokens a draft start at the most a
-drafted round can give. While drafting does not pay, a round drafts anyway (a probe) once the undrafted rounds since
-the last drafted one have taken `wait` times a drafted round's time, so that a stretch of text that repeats, or an
-emptier round, is seen at a bounded cost: a probe takes at most 1 / (1 + wait) of the time. A probe that finds
-drafting still does not pay doubles the wait, up to LONGEST_WAIT, and drafting that pays sets it back to
-FIRST_WAIT.
+with tokens_s = 1 for a stream that does not draft (its request turned drafting off). A round that let its streams
+draft counts as drafted even where the drafter found nothing to propose (the n-gram drafter on text that does not
+repeat): it gave one token, at the cost of asking and of not going ahead, and the gate learns so. Only decode rounds
+are timed (a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor
+the first round of a kind (compiles, first uploads) is, since no later round costs what they did. What the gate has
+not measured yet it tries: a kind of round not yet timed runs next, and a stream's tokens a draft start at the most
+a drafted round can give. While drafting does not pay, a round drafts anyway (a probe) once the undrafted rounds
+since the last drafted one have taken `wait` times a drafted round's time, so that a stretch of text that repeats,
+or an emptier round, is seen at a bounded cost: a probe takes at most 1 / (1 + wait) of the time. A probe that finds
+drafting still does not pay doubles the wait, up to LONGEST_WAIT, and drafting that pays sets it back to FIRST_WAIT.
 
 Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
 speed alone.
