@@ -66,25 +66,27 @@ class FullChains(Drafter):
 
 def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: int, rng, rows: int = 1) -> dict:
     """Aggregate greedy decode tok/s of `streams` streams in one engine, over the rounds after warm-up: undrafted,
-    or with `rows` > 1 every round a drafted chain of that many rows (`FullChains`)."""
+    or with `rows` > 1 `tokens` rounds that each draft a chain of that many rows (`FullChains`)."""
     from tensorfold.engine import Engine, SamplingParams
     drafting = {"drafter": FullChains(), "max_draft": rows - 1} if rows > 1 else {}
-    engine = Engine(model, parallel=streams, context=prompt_tokens + warmup + tokens + rows, **drafting)
+    budget = (warmup + tokens) * rows  # a drafted round may keep all its rows
+    engine = Engine(model, parallel=streams, context=prompt_tokens + budget + rows, **drafting)
     free_before = device_free_bytes(model.backend)
     requests = [engine.submit(rng.integers(0, model.config.vocab_size, prompt_tokens),
-                              SamplingParams(max_tokens=warmup + tokens, draft=rows > 1, stop_ids=()))
+                              SamplingParams(max_tokens=budget, draft=rows > 1, stop_ids=()))
                 for _ in range(streams)]
     for _ in range(warmup):  # the first round takes the prompts and gives every stream its first token
         engine.run_round()
     free_after = device_free_bytes(model.backend)
     state_bytes = max(stream.state.nbytes for stream in engine.active)
+    before = sum(len(r.output) for r in requests)
     model.backend.synchronize()
     started, rounds = time.perf_counter(), 0
-    while engine.run_round():
+    while (rounds < tokens or engine.behind is not None) and engine.run_round():  # (and a round ahead's tokens)
         rounds += 1
     model.backend.synchronize()
     seconds = time.perf_counter() - started
-    produced = sum(len(r.output) for r in requests) - streams * warmup
+    produced = sum(len(r.output) for r in requests) - before
     graphs = engine.graphs
     return {"streams": streams, "rows": rows, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
             "graph_rounds": {"recorded": graphs.recorded, "replayed": graphs.replayed} if graphs else None,
