@@ -133,6 +133,19 @@ def graph_model_for(request, on_gpu, tmp_path_factory, name: str, seed: int):
     return tensorfold.load(folder, backend="cuda")
 
 
+def twin_of(model):
+    """The same checkpoint on the numpy backend: the eager reference of the replay tests. Every kernel gives its
+    twin's bits (the contract; tests/test_backend_sim.py runs whole models), so a replay that equals the twins equals
+    an eager round on its own backend, and the twins take a fraction of the simulator's time."""
+    import tensorfold
+    if model.path not in _twins:
+        _twins[model.path] = tensorfold.load(model.path, backend="numpy")
+    return _twins[model.path]
+
+
+_twins = {}  # checkpoint folder -> its model on the numpy backend
+
+
 @pytest.fixture(scope="session")
 def lanes_backend(request, on_gpu):
     """The backend of the lane tests: "cuda" under --gpu; without it "numpy", or with TENSORFOLD_TEST_LANES=sim

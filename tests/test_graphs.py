@@ -1,5 +1,5 @@
 """Decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py) compute the eager rounds'
-bits.
+bits, which are the twins' (the references here run on the numpy backend: `conftest.twin_of`).
 
 Under --gpu the graphs are real (stream capture, cuGraphLaunch) on the lane tests' 0.8B-shaped model. Without it
 the `cuda` backend runs in numba's CUDA simulator at the micro config, where a graph is the recorded list of
@@ -10,6 +10,7 @@ different bits there as it would on a GPU. The planted controls show each.
 
 import numpy as np
 import pytest
+from conftest import twin_of
 
 from tensorfold import engine as engine_module
 from tensorfold.drafters import Drafter
@@ -57,7 +58,7 @@ def decode(model, rounds: int, graphs: DecodeGraphs | None) -> list:
 @pytest.fixture(scope="module")
 def eager(graph_model):
     """Two eager decode rounds: what every replay must give (the second is the first a stale replay gets wrong)."""
-    return decode(graph_model, 2, None)
+    return decode(twin_of(graph_model), 2, None)
 
 
 def test_replayed_rounds_equal_eager_rounds(graph_model, eager):
@@ -100,15 +101,16 @@ def test_control_state_left_out_of_place_is_caught(graph_model, eager, monkeypat
 
 
 def test_engine_graphs_on_equals_off(graph_model):
-    """The engine with graphs on and off: the same tokens, with prompt chunks (eager) between replayed rounds,
-    n-gram drafts, a sampled request and a stream that finishes before the others."""
+    """The engine with graphs on and off (on the twins): the same tokens, with prompt chunks (eager) between replayed
+    rounds, n-gram drafts, a sampled request and a stream that finishes before the others."""
     from tensorfold.drafters import NgramDrafter
     requests = [(PROMPTS[0] + PROMPTS[0][:3], SamplingParams(max_tokens=5)),
                 (PROMPTS[1], SamplingParams(max_tokens=2, temperature=0.9, seed=11)),
                 (PROMPTS[1] + PROMPTS[0][:1], SamplingParams(max_tokens=4, draft=False))]
     outputs = {}
     for graphs in (False, True):
-        engine = Engine(graph_model, parallel=3, chunk=8, context=64, drafter=NgramDrafter(), graphs=graphs)
+        engine = Engine(graph_model if graphs else twin_of(graph_model), parallel=3, chunk=8, context=64,
+                        drafter=NgramDrafter(), graphs=graphs)
         submitted = [engine.submit(prompt, params) for prompt, params in requests]
         while any(r.finish_reason is None for r in submitted):
             engine.run_round()
@@ -184,7 +186,7 @@ def drafted(model, graphs: DecodeGraphs | None, rounds: int = len(KEEPS), held: 
 
 @pytest.fixture(scope="module")
 def eager_drafted(graph_model):
-    return drafted(graph_model, None)
+    return drafted(twin_of(graph_model), None)
 
 
 def test_drafted_rounds_equal_eager_rounds(graph_model, eager_drafted):
@@ -290,7 +292,7 @@ def engine_outputs(model, drafter, graphs: bool, capacity: int = 2, caches: list
 @pytest.fixture(scope="module")
 def undrafted(graph_model):
     """The requests' output, undrafted and eager."""
-    return engine_outputs(graph_model, Drafter(), graphs=False)[0]
+    return engine_outputs(twin_of(graph_model), Drafter(), graphs=False)[0]
 
 
 def caches_bytes(engine) -> list:
@@ -311,7 +313,7 @@ def eager_drafted_caches(graph_model, undrafted):
     """The caches after every round of the same drafted requests, eager: the keeps of the same walks, on the host."""
     oracle = Oracle({tuple(p): out for p, out in zip(ENGINE_PROMPTS, undrafted)})
     caches = []
-    engine_outputs(graph_model, oracle, graphs=False, caches=caches)
+    engine_outputs(twin_of(graph_model), oracle, graphs=False, caches=caches)
     return caches
 
 

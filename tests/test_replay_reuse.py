@@ -1,7 +1,8 @@
 """Recordings that outlive requests and tree shapes (tensorfold/model/replay.py): a lane's cache is reset in place
 for its next request, so that request replays the recordings made on the lane's buffers, and a tree's index maps
 are round data, so trees of one row count replay one recording whatever their shape. Both compute the bits a fresh
-stream and an eager round compute; the planted controls show a stale lane and stale maps give other bits.
+stream and an eager round compute (the references run on the twins: `conftest.twin_of`); the planted controls show
+a stale lane and stale maps give other bits.
 
 Under --gpu the graphs are real on the lane tests' 0.8B-shaped model; without it the `cuda` backend runs in numba's
 CUDA simulator at the micro config, where a recorded argument is fixed as on a GPU (see tests/test_graphs.py).
@@ -9,6 +10,7 @@ CUDA simulator at the micro config, where a recorded argument is fixed as on a G
 
 import numpy as np
 import pytest
+from conftest import twin_of
 
 from tensorfold.drafters import Drafter
 from tensorfold.engine import Engine, SamplingParams
@@ -88,7 +90,7 @@ SAMPLED = SamplingParams(max_tokens=4, stop_ids=(), temperature=0.8, seed=3)
 
 @pytest.fixture(scope="module")
 def sampled_eager(graph_model):
-    return Engine(graph_model, parallel=1, context=64, graphs=False).generate(FIRST, SAMPLED)
+    return Engine(twin_of(graph_model), parallel=1, context=64, graphs=False).generate(FIRST, SAMPLED)
 
 
 def test_rounds_replayed_ahead_draw_in_the_replay_and_read_their_ids_on_the_device(graph_model, sampled_eager,
@@ -126,7 +128,8 @@ def test_a_stream_that_ends_while_its_round_runs_ahead_leaves_the_others_exact(g
     prompts, lengths = [FIRST, SECOND], [2, 4]
 
     def outputs(graphs):
-        engine = Engine(graph_model, parallel=2, context=64, chunk=8, graphs=graphs)
+        engine = Engine(graph_model if graphs else twin_of(graph_model), parallel=2, context=64, chunk=8,
+                        graphs=graphs)
         requests = [engine.submit(p, SamplingParams(max_tokens=n, stop_ids=(), temperature=0.8, seed=9))
                     for p, n in zip(prompts, lengths)]
         while engine.run_round():
@@ -152,7 +155,7 @@ def test_rounds_go_ahead_while_the_gate_finds_drafting_does_not_pay(graph_model)
             return [tokens[-1]] * max_rows
 
     params = SamplingParams(max_tokens=8, stop_ids=(), temperature=0.8, seed=3)
-    eager = Engine(graph_model, parallel=1, context=64, graphs=False).generate(FIRST, params)
+    eager = Engine(twin_of(graph_model), parallel=1, context=64, graphs=False).generate(FIRST, params)
     clock, drafter = RoundClock(), Repeats()
     propose = drafter.propose_tree
     drafter.propose_tree = lambda *args: clock.takes(10.0) or propose(*args)
@@ -211,7 +214,7 @@ def trees(model, graphs: DecodeGraphs | None) -> list:
 
 @pytest.fixture(scope="module")
 def eager_trees(graph_model):
-    return trees(graph_model, None)
+    return trees(twin_of(graph_model), None)
 
 
 def test_trees_of_one_row_count_replay_one_recording(graph_model, eager_trees):
@@ -254,7 +257,7 @@ def test_engine_tree_replays_equal_undrafted_eager(graph_model):
     """The engine, graphs on, drafting trees of two shapes against an oracle: the tokens of the undrafted eager
     engine (drafted output equals undrafted, eager or replayed), from one recording for both trees and one for
     the undrafted rounds."""
-    undrafted = finished(Engine(graph_model, context=64, graphs=False), FIRST, tokens=6).output
+    undrafted = finished(Engine(twin_of(graph_model), context=64, graphs=False), FIRST, tokens=6).output
     oracle = TreeOracle(FIRST, undrafted)
     engine = Engine(graph_model, context=64, drafter=oracle, max_draft=4, graphs=True)
     assert finished(engine, FIRST, tokens=6).output == undrafted
