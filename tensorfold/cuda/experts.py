@@ -128,8 +128,9 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
             pair = order[min(place, end - 1)]
             x_rows[rho] = pair // per_row
             out_rows[rho] = pair if place < end else -1
+        first_output = (cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32) * tiles * 8
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
-                 out_features, expert * out_features, x_rows, out_rows)
+                 out_features, expert * out_features, x_rows, out_rows, first_output, cuda.blockIdx.z)
 
     return grouped
 

@@ -12,17 +12,18 @@
 
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
 cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
-words, and `mma_s8u8` has every lane put its registers in the block's shared memory (a slot a lane), waits at a
-barrier, computes its own four accumulators from the whole warp's registers (the fragments unpacked into A and B
-by the index tables below, and multiplied as int64 NumPy matrices: exact, so the same integers), and waits again
-before the slots can be reused. All 32 lanes of a warp must call it together, as on the GPU.
+words, and `mma_s8u8` has every lane put its registers in the block's shared memory (a slot a lane), waits for its
+warp's other lanes (`simulator.warp_barrier`: the block's other warps go on), computes its own four accumulators
+from the whole warp's registers (the fragments unpacked into A and B by the index tables below, and multiplied as
+int64 NumPy matrices: exact, so the same integers), and waits again before the slots can be reused. All 32 lanes of
+a warp must call it together, as on the GPU.
 """
 import numpy as np
 from numba import cuda
 
-from tensorfold.device import SIMULATED
+from tensorfold.device import SIMULATED, simulator
 
-MAX_WARPS = 8  # warps a block of a kernel that calls mma_s8u8 under the simulator may have (its shared slots)
+MAX_WARPS = 32  # warps a block of a kernel that calls mma_s8u8 under the simulator may have (its shared slots)
 
 if not SIMULATED:
     from llvmlite import ir
@@ -75,13 +76,13 @@ else:
         slots = cuda.shared.array((MAX_WARPS, 32, 6), np.uint32)
         for i, word in enumerate((a0, a1, a2, a3, b0, b1)):
             slots[warp, lane, i] = np.uint32(word)
-        cuda.syncthreads()
+        simulator.warp_barrier()
         words = np.array(slots[warp], np.int64)
         a = (words[A_LANE, A_REGISTER] >> SHIFT[None, :]) & 255
         a = np.where(a > 127, a - 256, a)  # signed bytes
         b = (words[B_LANE, B_REGISTER] >> SHIFT[:, None]) & 255  # unsigned bytes
         product = a @ b  # [16, 8], exact in int64
-        cuda.syncthreads()  # every lane has read the slots before any lane writes its next registers
+        simulator.warp_barrier()  # every lane has read the slots before any lane writes its next registers
         g, t = lane >> 2, lane % 4
         sums = [int(c) + int(product[g + 8 * (i >> 1), 2 * t + (i & 1)]) for i, c in enumerate((c0, c1, c2, c3))]
         return np.int32(sums[0]), np.int32(sums[1]), np.int32(sums[2]), np.int32(sums[3])

@@ -6,7 +6,11 @@ the threads it waits for barely run, and on two cores most of a kernel's time we
 that loop with one that makes the same decisions (release the block when every live thread waits at a barrier,
 stop every thread when one raised, end when none is alive) and sleeps POLL seconds between checks while some
 thread still runs. What a kernel computes, and where its threads meet, does not change; only the waiting does.
+
+`warp_barrier` adds what the simulator lacks: a meeting of one warp's threads alone, as an instruction that takes the
+whole warp (mma.sync) makes them meet on a GPU, so that warps whose work differs need not meet each other.
 """
+import threading
 import time
 
 import numpy as np
@@ -25,6 +29,8 @@ def run_block(manager, grid_point, *args) -> None:
     while live:
         failed = next((t for t in live if not t.syncthreads_blocked and t.exception), None)
         if failed is not None:  # stop every thread, then raise the first error seen
+            for barrier in getattr(manager, "warp_barriers", {}).values():
+                barrier.abort()
             for thread in threads:
                 thread.abort, thread.syncthreads_blocked = True, False
                 thread.syncthreads_event.set()
@@ -39,6 +45,22 @@ def run_block(manager, grid_point, *args) -> None:
     for thread in threads:
         if thread.exception:
             raise thread.exception[0].with_traceback(thread.exception[1])
+
+
+_barriers_made = threading.Lock()
+
+
+def warp_barrier() -> None:
+    """Wait until every thread of the calling thread's warp (its block's thread ids 32 w .. 32 w + 31) arrives."""
+    thread = threading.current_thread()
+    manager, warp = thread._manager, thread.thread_id // 32
+    with _barriers_made:
+        barriers = manager.__dict__.setdefault("warp_barriers", {})
+        key = (tuple(thread.blockIdx), warp)
+        if key not in barriers:
+            threads = int(np.prod(manager._block_dim))
+            barriers[key] = threading.Barrier(min(32, threads - 32 * warp))
+    barriers[key].wait()
 
 
 def install() -> None:
