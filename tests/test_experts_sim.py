@@ -16,7 +16,7 @@ from tensorfold.cuda.experts import (
     routed_experts,
     routed_experts_launch,
 )
-from tensorfold.cuda.gemm import LIMBS, P, digit_position, fixed_point
+from tensorfold.cuda.quantize import LIMBS, P, digit_position, fixed_point
 
 EXPERTS, HIDDEN, WIDTH, GROUP = 4, 64, 32, 32
 # row 0 shares expert 0 with rows 1 and 2 and expert 1 with row 2; row 3 alone takes expert 3

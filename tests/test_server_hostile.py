@@ -81,10 +81,10 @@ def test_a_stream_that_fails_after_its_forward_ends_alone(served, monkeypatch):
     engine = served.server.engine
     after = engine._after
 
-    def failing(stream, window, draw):
+    def failing(stream, window, draw, *rest):
         if stream.request.params.max_tokens == 7:
             raise OverflowError("planted failure")
-        after(stream, window, draw)
+        after(stream, window, draw, *rest)
 
     monkeypatch.setattr(engine, "_after", failing)
     results = {}

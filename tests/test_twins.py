@@ -93,7 +93,7 @@ def test_affine_gemm_is_the_dense_product_within_the_rounding_of_x(bits):
     """The integer GEMM of an affine weight is the exact product with its dequantized rows, but for x's fixed point
     (at most half a unit of 2^(e - P) an element, e its group's exponent) and the float32 rounding at the end.
     Control: the same bound fails for a weight read with a wrong group index."""
-    from tensorfold.cuda import gemm
+    from tensorfold.cuda import gemm, quantize
     w = normal(7, 192)
     packed, scale_bits, bias_bits = quantize_affine(w, bits, 64)
     scales, biases = bf16_to_f32(scale_bits), bf16_to_f32(bias_bits)
@@ -102,7 +102,7 @@ def test_affine_gemm_is_the_dense_product_within_the_rounding_of_x(bits):
     x = normal(3, 192)
     exact = x.astype(np.float64) @ dense.T
     group_max = np.abs(x).reshape(3, -1, 64).max(axis=2)
-    unit = np.repeat(np.ldexp(1.0, np.frexp(group_max)[1] - gemm.P - 1), 64, axis=1)  # half a unit of X, a column
+    unit = np.repeat(np.ldexp(1.0, np.frexp(group_max)[1] - quantize.P - 1), 64, axis=1)  # half a unit of X, a column
     bound = unit @ np.abs(dense).T + np.abs(exact) * 2.0 ** -24
 
     def within(scales):

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from _side_by_side import show  # noqa: E402
-from tensorfold.cuda import gemm, gemv, rmsnorm  # noqa: E402
+from tensorfold.cuda import gemm, gemv, quantize, rmsnorm  # noqa: E402
 from tensorfold.cuda.fmath import block_dot, fma32, tree_sum  # noqa: E402
 from tensorfold.numerics.floats import add_rounded_once, fma_rn_twin  # noqa: E402
 from tensorfold.numerics.formats import affine_rows, quantize_affine  # noqa: E402
@@ -123,12 +123,13 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # 4-bit weights: exact integer sums instead of the walk
 # -----------------------------------------------------
 # MLX stores 8 codes per uint32 word (element 0 in the lowest nibble) and one bf16 scale and bias per group of 64
-# columns: w = scale * code + bias, and the codes are integers already. `tensorfold/cuda/gemm.py` makes x integer
-# too, per row and group (`fixed_point`: X = floor(x * 2^(P - e) + 0.5), e the group's exponent, in three signed
-# bytes), so every sum of code times X is an exact integer, whatever order adds it: the kernel takes them from the
-# tensor cores (`mma_s8u8`, tensorfold/cuda/ptx.py), the twin from a BLAS matrix product. Only the combination of
-# the groups, in float64 products that are exact, follows one fixed order. The twin (left) and the kernels (right):
-show([gemm.quantize_x, gemm.gemm_affine], [gemm.quantize_kernel, gemm.gemm_kernel])
+# columns: w = scale * code + bias, and the codes are integers already. `tensorfold/cuda/quantize.py` makes x
+# integer too, per row and group (`fixed_point`: X = floor(x * 2^(P - e) + 0.5), e the group's exponent, in three
+# signed bytes), so every sum of code times X is an exact integer, whatever order adds it: the kernel takes them
+# from the tensor cores (`mma_s8u8`, tensorfold/cuda/ptx.py), the twin from a BLAS matrix product. Only the
+# combination of the groups, in float64 products that are exact, follows one fixed order. The twin (left) and the
+# kernels (right):
+show([quantize.quantize_x, gemm.gemm_affine], [quantize.quantize_kernel, gemm.gemm_kernel])
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)
 packed, scale_bits, bias_bits = quantize_affine(rng.normal(size=(outputs, columns)).astype(np.float32), 4, 64)

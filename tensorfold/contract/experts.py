@@ -22,7 +22,8 @@ from tensorfold.cuda.experts import (
     routed_experts,
     routed_experts_launch,
 )
-from tensorfold.cuda.gemm import combine_kernel, quantize_kernel, tile_products
+from tensorfold.cuda.gemm import combine_kernel, tile_products
+from tensorfold.cuda.quantize import quantize_kernel
 from tensorfold.device.grid import to_host
 
 # (rows, experts, k, hidden, expert width): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's experts at

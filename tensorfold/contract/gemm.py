@@ -6,18 +6,8 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import (
-    combine_kernel,
-    digit_position,
-    fixed_point,
-    gemm_affine,
-    gemm_kernel,
-    kernel_shape,
-    launch_products,
-    load_words,
-    launch_quantize,
-    quantize_kernel,
-)
+from tensorfold.cuda.gemm import combine_kernel, gemm_affine, gemm_kernel, kernel_shape, launch_products, load_words
+from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
 from tensorfold.cuda.gemv import output_index, swiglu
 from tensorfold.device.grid import to_host
 from tensorfold.numerics.formats import bf16_to_f32, f32_to_bf16

@@ -24,16 +24,9 @@ import functools
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.gemm import (
-    CHUNK_COLUMNS,
-    WARPS,
-    gemm_affine,
-    kernel_shape,
-    launch_combine,
-    launch_quantize,
-    output_blocks,
-    tile_products,
-)
+from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shape, launch_combine, output_blocks,
+                                  tile_products)
+from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel

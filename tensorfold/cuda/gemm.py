@@ -25,24 +25,24 @@ one-row steps. The only approximation is X's rounding, at most 2^-(P+1) of the g
 The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued float64 arrays (exact: every partial
 sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the chunks and their groups.
 
-The kernels: `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, the function the twin calls too);
-`tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight rows its
-caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
+The kernels: quantize.py's `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, which the twin
+runs); `tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight
+rows its caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
 `combine_kernel` finishes. A warp's tile is 8 outputs (the mma's columns) by the rows of 8 * `row_halves` rows: lane
 (g, t) feeds the weights of output g and the digits of rows g + 8 * rho, and gets back outputs 2t and 2t + 1 of
 every row and digit it fed, so the combination above stays in the lane. The mma's 16 A rows carry (row, digit,
 group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu + xi. A step is one load of `words` words of
 codes a lane; a word of eight 4-bit codes is two B registers, `w & 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the
-columns in even/odd order; x's digits are laid out in that same order (`digit_position`: an integer sum does not
-care which column comes first, only that A and B agree). When a step's columns cover several groups, lane t holds
-group t * halves / 4, and each group's digits go in an A row of their own (zero in the other lanes). A round's rows
-(up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk takes 4-byte loads (one
-group an mma) and several tiles of rows a warp, reusing each B register. A block of `gemm_kernel` works on one chunk
-of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in chunk order and writes the
-float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for stacked
-projections (`output_index`). A round's rows take `round_kernel` instead, which does both in one launch: a block
-holds every chunk of its outputs, a warp a chunk, and combines them after a barrier (a round's projection is a few
-microseconds of work, so a launch saved is a large share of it).
+columns in even/odd order; x's digits are laid out in that same order (quantize.py's `digit_position`: an integer
+sum does not care which column comes first, only that A and B agree). When a step's columns cover several groups,
+lane t holds group t * halves / 4, and each group's digits go in an A row of their own (zero in the other lanes). A
+round's rows (up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk takes
+4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B register. A block of `gemm_kernel`
+works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in chunk
+order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole
+for stacked projections (`output_index`). A round's rows take `round_kernel` instead, which does both in one launch:
+a block holds every chunk of its outputs, a warp a chunk, and combines them after a barrier (a round's projection is
+a few microseconds of work, so a launch saved is a large share of it).
 """
 import functools
 import math
@@ -53,37 +53,12 @@ from numba import cuda
 from tensorfold.cuda.fmath import silu32
 from tensorfold.cuda.gemv import PARTS, output_index
 from tensorfold.cuda.ptx import load16, mma_s8u8
+from tensorfold.cuda.quantize import LIMBS, P, launch_quantize, quantize_x, step_shape
 from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel
 
-P = 22  # bits of x's fixed point below its group's exponent
-LIMBS = 3  # signed base-256 digits of X
-QUANTIZE_COLUMNS = 8  # consecutive columns a thread of the quantize kernel reads (a group holds 4 to 16 of them)
 CHUNK_COLUMNS = 512  # columns of K a float64 partial sum covers (whole groups, whole kernel steps)
 TILE_ELEMENTS = 1 << 21  # the twin's D for a tile of outputs holds about this many values
-
-
-@cuda.jit(device=True)
-def fixed_point(x, scale):
-    """(X, d0, d1, d2) for x scaled by `scale` = 2^(P - e): X = floor(x * scale + 0.5), exact in float64, and its
-    balanced base-256 digits. Casts and arithmetic only, so the twin runs it on arrays (`fixed_point.py_func`)."""
-    v = np.float64(x) * scale + 0.5
-    whole = np.int64(v)  # toward zero; one less below zero where v is not whole: floor
-    X = whole - np.int64(v < np.float64(whole))
-    d0 = ((X + 128) & 255) - 128
-    rest = (X - d0) >> 8
-    d1 = ((rest + 128) & 255) - 128
-    d2 = (rest - d1) >> 8
-    return X, d0, d1, d2
-
-
-def quantize_x(x, group_size):
-    """The twin's fixed point of x [rows, K]: X float64 [rows, K], e int32 [rows, groups], S float64 [rows, groups]."""
-    rows, columns = np.shape(x)
-    grouped = np.asarray(x, np.float32).reshape(rows, columns // group_size, group_size)
-    e = np.frexp(np.abs(grouped).max(axis=2))[1].astype(np.int32)
-    X = fixed_point.py_func(grouped, np.ldexp(1.0, P - e)[:, :, None])[0].astype(np.float64)
-    return X.reshape(rows, columns), e, X.sum(axis=2)
 
 
 def affine_codes(packed, bits):
@@ -133,77 +108,6 @@ PROMPT_ROW_HALVES = 4  # the prompt kernel's tile: 32 rows a warp
 ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (the step's digits serve both)
 PROMPT_TILES = 4  # and of the prompt kernel
 MAX_ROUND_WARPS = 32  # a block's warps at most: the round kernel takes up to 32 chunks of K (16 with a gate)
-
-
-def step_shape(bits, words):
-    """(columns a step covers, mmas a step: a word of 4-bit codes is one mma's two B registers, 8-bit codes need
-    two words) for `words` words of codes a lane a step."""
-    return 4 * words * (32 // bits), words if bits == 4 else words // 2
-
-
-@cuda.jit(device=True)
-def digit_position(column, bits, words):
-    """Where a column's digit sits in a row of digits: step s, lane t's words (t * mmas + m) * 2 + j (the A register
-    of mma m that meets B register j), byte i; the column is the code that B register's byte i holds."""
-    span = 4 * words * (32 // bits)
-    s, c = column // span, column % span
-    if bits == 4:  # word w of the step holds columns 8 w ..; register j its codes j, j + 2, ..
-        w, i, j, mmas = c // 8, c % 8 // 2, c % 2, words
-        t, m = w // words, w % words
-    else:  # register j of mma m is word 2 m + j of the lane's
-        w, i, mmas = c // 4, c % 4, words // 2
-        t, m, j = w // words, w % words // 2, w % 2
-    return s * span + ((t * mmas + m) * 2 + j) * 4 + i
-
-
-@functools.cache
-def quantize_kernel(bits, words, group_size):
-    """Block per (a run of whole groups, row) of the padded rows, thread per QUANTIZE_COLUMNS consecutive columns:
-    the group's largest |x| and S by tree reductions over its threads in shared memory (a maximum and an integer sum:
-    exact in any order), then the columns' digits (laid out by `digit_position` for steps of `words` words); rows
-    past x's last are zero."""
-    group_threads = group_size // QUANTIZE_COLUMNS
-
-    @cuda.jit(device=True)
-    def tree(values, i, member, largest):
-        """values[i] of member 0 of each group of threads becomes the group's maximum (`largest`) or sum."""
-        cuda.syncthreads()
-        stride = group_threads // 2
-        while stride > 0:
-            if member < stride:
-                other = values[i + stride]
-                values[i] = max(values[i], other) if largest else values[i] + other
-            cuda.syncthreads()
-            stride //= 2
-
-    @kernel
-    def quantize(x, digits, exponents, sums):
-        i = cuda.threadIdx.x
-        row, first = cuda.blockIdx.y, (cuda.blockIdx.x * cuda.blockDim.x + i) * QUANTIZE_COLUMNS
-        live = row < x.shape[0]
-        member = i % group_threads  # the thread's place in its group; member 0 ends up with the group's results
-        largest = cuda.shared.array(BLOCK, np.float32)
-        total = cuda.shared.array(BLOCK, np.int64)
-        mine = np.float32(0)
-        if live:
-            for k in range(first, first + QUANTIZE_COLUMNS):
-                mine = max(mine, abs(x[row, k]))
-        largest[i] = mine
-        tree(largest, i, member, True)
-        e = math.frexp(np.float64(largest[i - member]))[1]
-        scale = math.ldexp(1.0, P - e)
-        count = 0
-        for k in range(first, first + QUANTIZE_COLUMNS):
-            X, d0, d1, d2 = fixed_point(x[row, k] if live else np.float32(0), scale)
-            at = digit_position(k, bits, words)
-            digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
-            count += X
-        total[i] = count
-        tree(total, i, member, False)
-        if member == 0:
-            exponents[row, first // group_size], sums[row, first // group_size] = e, total[i]
-
-    return quantize
 
 
 @cuda.jit(device=True)
@@ -359,27 +263,40 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
 
 
 @functools.cache
+def combine_at(gated):
+    """The combine of one (row, output written), a device function: the chunks' partial sums added in chunk order,
+    the float32 output placed by `output_index` (its part whole), or gated SiLU(gate) * up of the gate rows' and up
+    rows' sums."""
+
+    @cuda.jit(device=True)
+    def combine_one(partials, chunks, rows, out_features, row, o, y, end1, end2, end3):
+        count = out_features // 2 if gated else out_features
+        total = 0.0
+        up = 0.0
+        for chunk in range(chunks):
+            at = (chunk * rows + row) * out_features + o
+            total += partials[at]
+            if gated:
+                up += partials[at + count]
+        if gated:
+            y[row * count + o] = silu32(np.float32(total)) * np.float32(up)
+        else:
+            y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+
+    return combine_one
+
+
+@functools.cache
 def combine_kernel(gated):
-    """Thread per (row, output written): the chunks' partial sums added in chunk order, the float32 output placed by
-    `output_index` (its part whole), or gated SiLU(gate) * up of the gate rows' and up rows' sums."""
+    """Thread per (row, output written): `combine_at`."""
+    combine_one = combine_at(gated)
 
     @kernel
     def combine(partials, chunks, rows, out_features, y, end1, end2, end3):
         i = cuda.grid(1)
         count = out_features // 2 if gated else out_features
-        row, o = i // count, i % count
-        if row < rows:
-            total = 0.0
-            up = 0.0
-            for chunk in range(chunks):
-                at = (chunk * rows + row) * out_features + o
-                total += partials[at]
-                if gated:
-                    up += partials[at + count]
-            if gated:
-                y[i] = silu32(np.float32(total)) * np.float32(up)
-            else:
-                y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+        if i < rows * count:
+            combine_one(partials, chunks, rows, out_features, i // count, i % count, y, end1, end2, end3)
 
     return combine
 
@@ -389,10 +306,10 @@ def round_kernel(bits, group_size, words, row_halves, gated):
     """The GEMM and its combine in one launch, for a round's rows (one tile of 8 * row_halves rows): block x takes
     the 8 * ROUND_TILES outputs from 8 * ROUND_TILES * x on (gated: those gate outputs, and the up outputs that pair
     with them), warp w chunk w % chunks of K (of the up outputs for w >= chunks); after a barrier, which makes the
-    block's partial sums visible to all its threads, thread i takes (row, output) pairs i, i + threads, .. and adds
-    their chunks in chunk order, as `combine_kernel` does. The same products summed in the same order: the split
-    kernels' bits, in one launch instead of two."""
+    block's partial sums visible to all its threads, thread i combines (row, output) pairs i, i + threads, ..
+    (`combine_at`). The same products summed in the same order: the split kernels' bits, in one launch, not two."""
     products = tile_products(bits, group_size, words, row_halves, ROUND_TILES)
+    combine_one = combine_at(gated)
     span = 8 * ROUND_TILES  # outputs a block
 
     @kernel
@@ -410,19 +327,9 @@ def round_kernel(bits, group_size, words, row_halves, gated):
                  out_features, 0, x_rows, out_rows, first_output, warp % chunks)
         cuda.syncthreads()
         for item in range(cuda.threadIdx.x, rows * span, cuda.blockDim.x):
-            row, o = item // span, cuda.blockIdx.x * span + item % span
+            o = cuda.blockIdx.x * span + item % span
             if o < count:
-                total = 0.0
-                up = 0.0
-                for chunk in range(chunks):
-                    at = (chunk * rows + row) * out_features + o
-                    total += partials[at]
-                    if gated:
-                        up += partials[at + count]
-                if gated:
-                    y[row * count + o] = silu32(np.float32(total)) * np.float32(up)
-                else:
-                    y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+                combine_one(partials, chunks, rows, out_features, item // span, o, y, end1, end2, end3)
 
     return gemm_round
 
@@ -438,20 +345,6 @@ def kernel_shape(rows, bits, group_size, columns):
         if columns % span == 0 and 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0):
             return words, (1 if rows <= 8 else 2), ROUND_TILES
     raise ValueError(f"no step of {bits}-bit codes fits {columns} columns in groups of {group_size}")
-
-
-def launch_quantize(x, bits, group_size, words, rows_pad, stream=0):
-    """x's digits int8 [LIMBS, rows_pad, K] (laid out for steps of `words` words), exponents and S int32
-    [rows_pad, groups], on the device."""
-    columns = x.shape[1]
-    groups = columns // group_size
-    digits = cuda.device_array((LIMBS, rows_pad, columns), np.int8, stream=stream)
-    exponents = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
-    sums = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
-    threads = math.gcd(BLOCK, columns // QUANTIZE_COLUMNS)  # whole groups a block, and no column past K
-    quantize_kernel(bits, words, group_size)[(columns // QUANTIZE_COLUMNS // threads, rows_pad), threads, stream](
-        x, digits, exponents, sums)
-    return digits, exponents, sums
 
 
 def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None, gated=False):
