@@ -335,6 +335,7 @@ class Engine:
                 self._emit(stream, draw(-1))  # the chunk's last row
             return
         drafts = window.ids[1:window.used]
+        stream.observes = drafting or self.gate is None  # (a gate's undrafted rounds skip the drafter's upkeep)
         request.stats.drafted += len(drafts)
         emitted = len(request.output)
         if drafts:
@@ -382,7 +383,7 @@ class Engine:
 
     def _observe(self, stream: Stream, window: Window, rows) -> None:
         """Show the drafter the tapped layer outputs at the rows the stream is about to keep, in order."""
-        if stream.draft_state is None or not window.features:
+        if stream.draft_state is None or not window.features or not stream.observes:
             return
         rows = list(rows)
         position = stream.state.length if window.issued_at is None else window.issued_at

@@ -135,3 +135,37 @@ def test_a_drafter_that_finds_nothing_is_asked_ever_more_rarely(shakespeare, mon
         pass
     asked = engine.drafter.asked / request.stats.rounds
     assert (asked > 0.9) if control else (asked < 0.1), asked
+
+
+class Watched(NgramDrafter):
+    """The n-gram drafter with a tap: the engine shows it every round's kept rows, which it counts."""
+
+    taps = (0,)
+
+    def new_stream(self):
+        return []
+
+    def observe(self, state, features, position, rows=None):
+        state.append(position)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_behind_a_gate_only_drafted_rounds_are_shown_to_the_drafter(shakespeare, gated):
+    """A drafter's upkeep (the block drafter extends its context with the rows each round keeps) is paid only in the
+    rounds that let it draft: with drafted rounds costing 5 undrafted ones the gate only probes, and the drafter
+    sees the prompt and the probes' rows. Control: without a gate it sees every round's."""
+    prompt = shakespeare.tokenizer.encode("ROMEO:\nBut, soft! what light through yonder window breaks?\n" * 3)
+    clock = RoundClock()
+    engine = Engine(shakespeare, drafter=Watched(), gate=DraftGate(clock) if gated else None, chunk=256)
+    proposed = engine.drafter.propose_tree
+    engine.drafter.propose_tree = lambda *args: clock.takes(5.0) or proposed(*args)
+    request = engine.submit(prompt, SamplingParams(max_tokens=96))
+    engine.run_round()  # the prompt, in one chunk
+    stream = engine.active[0]
+    while engine.run_round():
+        pass
+    shown, decode_rounds = len(stream.draft_state), request.stats.rounds - 1  # (the last round keeps nothing)
+    if gated:
+        assert request.stats.draft_rounds <= shown < decode_rounds / 4, (shown, decode_rounds)
+    else:
+        assert shown == 1 + decode_rounds - 1, (shown, decode_rounds)

@@ -20,6 +20,11 @@ since the last drafted one have taken `wait` times a drafted round's time, so th
 or an emptier round, is seen at a bounded cost: a probe takes at most 1 / (1 + wait) of the time. A probe that finds
 drafting still does not pay doubles the wait, up to LONGEST_WAIT, and drafting that pays sets it back to FIRST_WAIT.
 
+Behind a gate the drafter is shown the rows a stream keeps (`Drafter.observe`: the block drafter extends its
+context with them) only in rounds that let it draft, and in prompt chunks: its upkeep then costs nothing while
+drafting does not pay. Its context has gaps where rounds did not draft, which may make its guesses worse, never the
+output.
+
 Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
 speed alone.
 """
