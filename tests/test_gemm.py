@@ -6,8 +6,8 @@ import pytest
 from numba import cuda
 
 from tensorfold.cuda.gemm import CHUNK_COLUMNS, gemm_affine, kernel_shape, launch_gemm
-from tensorfold.cuda.quantize import LIMBS, P, digit_position, launch_quantize, quantize_x
 from tensorfold.cuda.gemv import swiglu
+from tensorfold.cuda.quantize import LIMBS, P, digit_position, launch_quantize, quantize_x
 from tensorfold.numerics.formats import bf16_to_f32, quantize_affine
 
 

@@ -26,8 +26,8 @@ from numba import cuda
 
 from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shape, launch_combine, output_blocks,
                                   tile_products)
-from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.cuda.gemv import swiglu
+from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel
 
@@ -121,9 +121,8 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
             pair = order[min(place, end - 1)]
             x_rows[rho] = pair // per_row
             out_rows[rho] = pair if place < end else -1
-        first_output = (cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32) * tiles * 8
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
-                 out_features, expert * out_features, x_rows, out_rows, first_output, cuda.blockIdx.z)
+                 out_features, expert * out_features, x_rows, out_rows)
 
     return grouped
 

@@ -37,12 +37,10 @@ columns in even/odd order; x's digits are laid out in that same order (quantize.
 sum does not care which column comes first, only that A and B agree). When a step's columns cover several groups,
 lane t holds group t * halves / 4, and each group's digits go in an A row of their own (zero in the other lanes). A
 round's rows (up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk takes
-4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B register. A block of `gemm_kernel`
-works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in chunk
-order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole
-for stacked projections (`output_index`). A round's rows take `round_kernel` instead, which does both in one launch:
-a block holds every chunk of its outputs, a warp a chunk, and combines them after a barrier (a round's projection is
-a few microseconds of work, so a launch saved is a large share of it).
+4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B register. A block works on one
+chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in chunk order and
+writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for
+stacked projections (`output_index`).
 """
 import functools
 import math
@@ -107,7 +105,6 @@ ROUND_ROWS = 16  # rows up to which a call takes the round kernel (one tile of r
 PROMPT_ROW_HALVES = 4  # the prompt kernel's tile: 32 rows a warp
 ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (the step's digits serve both)
 PROMPT_TILES = 4  # and of the prompt kernel
-MAX_ROUND_WARPS = 32  # a block's warps at most: the round kernel takes up to 32 chunks of K (16 with a gate)
 
 
 @cuda.jit(device=True)
@@ -130,8 +127,7 @@ def tile_products(bits, group_size, words, row_halves, tiles):
     of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
     one chunk of K. The caller places the tile: lane (g, t) reads the digits of x rows x_rows[rho] (its rows
     g + 8 rho) and writes partial sums row out_rows[rho] (none where negative); the weight's outputs start at row
-    `first_weight` of packed, scales and biases (an expert's, in a stack of experts); the warp's tiles are the 8
-    outputs from `first_output` + 8 n, its columns chunk `chunk` of K."""
+    `first_weight` of packed, scales and biases (an expert's, in a stack of experts)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -158,14 +154,15 @@ def tile_products(bits, group_size, words, row_halves, tiles):
 
     @cuda.jit(device=True)
     def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-                 out_features, first_weight, x_rows, out_rows, first_output, chunk):
-        lane = cuda.threadIdx.x % 32
+                 out_features, first_weight, x_rows, out_rows):
+        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         g, t = lane >> 2, lane % 4
+        chunk = cuda.blockIdx.z
         bases = cuda.local.array(tiles, np.int64)  # each tile's first output
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
         group_rows = cuda.local.array(group_slots, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
         for n in range(tiles):
-            bases[n] = first_output + 8 * n
+            bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
             weight_rows[n] = np.uint64(first_weight + min(bases[n] + g, out_features - 1)) * np.uint64(width)
             for oo in range(2):
                 output = first_weight + min(bases[n] + 2 * t + oo, out_features - 1)
@@ -255,83 +252,36 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
         for rho in range(row_halves):
             x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
             out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
-        first_output = (cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32) * tiles * 8
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-                 out_features, 0, x_rows, out_rows, first_output, cuda.blockIdx.z)
+                 out_features, 0, x_rows, out_rows)
 
     return gemm
 
 
 @functools.cache
-def combine_at(gated):
-    """The combine of one (row, output written), a device function: the chunks' partial sums added in chunk order,
-    the float32 output placed by `output_index` (its part whole), or gated SiLU(gate) * up of the gate rows' and up
-    rows' sums."""
-
-    @cuda.jit(device=True)
-    def combine_one(partials, chunks, rows, out_features, row, o, y, end1, end2, end3):
-        count = out_features // 2 if gated else out_features
-        total = 0.0
-        up = 0.0
-        for chunk in range(chunks):
-            at = (chunk * rows + row) * out_features + o
-            total += partials[at]
-            if gated:
-                up += partials[at + count]
-        if gated:
-            y[row * count + o] = silu32(np.float32(total)) * np.float32(up)
-        else:
-            y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
-
-    return combine_one
-
-
-@functools.cache
 def combine_kernel(gated):
-    """Thread per (row, output written): `combine_at`."""
-    combine_one = combine_at(gated)
+    """Thread per (row, output written): the chunks' partial sums added in chunk order, the float32 output placed by
+    `output_index` (its part whole), or gated SiLU(gate) * up of the gate rows' and up rows' sums."""
 
     @kernel
     def combine(partials, chunks, rows, out_features, y, end1, end2, end3):
         i = cuda.grid(1)
         count = out_features // 2 if gated else out_features
-        if i < rows * count:
-            combine_one(partials, chunks, rows, out_features, i // count, i % count, y, end1, end2, end3)
+        row, o = i // count, i % count
+        if row < rows:
+            total = 0.0
+            up = 0.0
+            for chunk in range(chunks):
+                at = (chunk * rows + row) * out_features + o
+                total += partials[at]
+                if gated:
+                    up += partials[at + count]
+            if gated:
+                y[i] = silu32(np.float32(total)) * np.float32(up)
+            else:
+                y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
 
     return combine
-
-
-@functools.cache
-def round_kernel(bits, group_size, words, row_halves, gated):
-    """The GEMM and its combine in one launch, for a round's rows (one tile of 8 * row_halves rows): block x takes
-    the 8 * ROUND_TILES outputs from 8 * ROUND_TILES * x on (gated: those gate outputs, and the up outputs that pair
-    with them), warp w chunk w % chunks of K (of the up outputs for w >= chunks); after a barrier, which makes the
-    block's partial sums visible to all its threads, thread i combines (row, output) pairs i, i + threads, ..
-    (`combine_at`). The same products summed in the same order: the split kernels' bits, in one launch, not two."""
-    products = tile_products(bits, group_size, words, row_halves, ROUND_TILES)
-    combine_one = combine_at(gated)
-    span = 8 * ROUND_TILES  # outputs a block
-
-    @kernel
-    def gemm_round(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-                   out_features, chunks, y, end1, end2, end3):
-        count = out_features // 2 if gated else out_features
-        x_rows = cuda.local.array(row_halves, np.int64)
-        out_rows = cuda.local.array(row_halves, np.int64)
-        for rho in range(row_halves):
-            x_rows[rho] = cuda.threadIdx.x % 32 // 4 + 8 * rho
-            out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
-        warp = cuda.threadIdx.x // 32
-        first_output = cuda.blockIdx.x * span + warp // chunks * count  # (warp // chunks: 1 for the up outputs)
-        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-                 out_features, 0, x_rows, out_rows, first_output, warp % chunks)
-        cuda.syncthreads()
-        for item in range(cuda.threadIdx.x, rows * span, cuda.blockDim.x):
-            o = cuda.blockIdx.x * span + item % span
-            if o < count:
-                combine_one(partials, chunks, rows, out_features, item // span, o, y, end1, end2, end3)
-
-    return gemm_round
 
 
 def kernel_shape(rows, bits, group_size, columns):
@@ -362,23 +312,17 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
                     gated=False):
-    """The second half of `launch_gemm`: on x's digits, exponents and S (`launch_quantize`), the round kernel where
-    it takes the call (a round's rows, a warp a chunk of K in one block), else the GEMM kernel, then the combine."""
+    """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
+    the combine."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
     chunks = -(-columns // CHUNK_COLUMNS)
     partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
-    arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed),
-                 packed.shape[1], flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
-    warps = chunks * (2 if gated else 1)
-    if rows <= ROUND_ROWS and warps <= MAX_ROUND_WARPS and (out_features // (1 + gated)) % (8 * ROUND_TILES) == 0:
-        y, ends = combine_outputs(rows, out_features, stream, parts, gated)
-        round_kernel(bits, group_size, words, row_halves, gated)[
-            out_features // (1 + gated) // (8 * ROUND_TILES), warps * 32, stream](*arguments, chunks, y, *ends)
-        return shaped_outputs(y, rows, ends, parts)
     gemm_kernel(bits, group_size, words, row_halves, tiles)[
-        (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](*arguments)
+        (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
+        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
+        flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
     return launch_combine(partials, chunks, rows, out_features, stream, parts, gated)
 
 
@@ -387,25 +331,16 @@ def output_blocks(out_features, tiles):
     return -(-out_features // (8 * tiles * WARPS))
 
 
-def combine_outputs(rows, out_features, stream=0, parts=None, gated=False):
-    """(y, ends): the flat float32 output of a call and the ends of its parts (`output_index`'s end1 .. end3)."""
+def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
+    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
-    return cuda.device_array(rows * (out_features // 2 if gated else out_features), np.float32, stream=stream), ends
-
-
-def shaped_outputs(y, rows, ends, parts=None):
-    """y as `launch_gemm` returns it: [rows, count], or one [rows, width] array a part."""
+    count = out_features // 2 if gated else out_features
+    y = cuda.device_array(rows * count, np.float32, stream=stream)
+    combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
     if parts is None:
-        return y.reshape(rows, len(y) // rows)
-    starts = [0] + ends[:len(parts) - 1]
-    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, parts)]
-
-
-def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
-    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
-    y, ends = combine_outputs(rows, out_features, stream, parts, gated)
-    combine_kernel(gated)[blocks_for(len(y)), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
-    return shaped_outputs(y, rows, ends, parts)
+        return y.reshape(rows, count)
+    starts = [0] + ends[:len(widths) - 1]
+    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, widths)]

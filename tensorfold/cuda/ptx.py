@@ -23,7 +23,7 @@ from numba import cuda
 
 from tensorfold.device import SIMULATED, simulator
 
-MAX_WARPS = 32  # warps a block of a kernel that calls mma_s8u8 under the simulator may have (its shared slots)
+MAX_WARPS = 8  # warps a block of a kernel that calls mma_s8u8 under the simulator may have (its shared slots)
 
 if not SIMULATED:
     from llvmlite import ir
