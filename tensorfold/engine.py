@@ -15,9 +15,10 @@ does not depend on which streams share its rounds: every row's logits are the bi
 `parallel` lanes keeps its cache from request to request, reset in place, so the decode rounds recorded on the
 lane's buffers (model/replay.py) replay for every request the lane serves.
 
-Rounds replayed ahead: when every stream decodes one undrafted row drawn on the device, the engine issues round
-n + 1, whose recording reads its ids from the tokens round n drew, before it reads round n's tokens and hands them
-out (`_run_behind`), so the device works while the host does (docs/architecture.rst, "Rounds replayed ahead").
+Rounds replayed ahead (`ahead`, off by default): when every stream decodes one undrafted row drawn on the device,
+the engine issues round n + 1, whose recording reads its ids from the tokens round n drew, before it reads round n's
+tokens and hands them out (`_run_behind`), so the device works while the host does (docs/architecture.rst, "Rounds
+replayed ahead").
 """
 import dataclasses
 import os
@@ -65,10 +66,10 @@ class Engine:
         # decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless
         # turned off
         self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
-        # undrafted one-row rounds replayed ahead of their tokens (the module's docstring): with recordings, unless
-        # `ahead` is False, or None with TENSORFOLD_AHEAD=0
+        # undrafted one-row rounds replayed ahead of their tokens (the module's docstring), with recordings, when
+        # `ahead` is True, or None with TENSORFOLD_AHEAD=1: off by default, slower as measured (docs/performance.rst)
         self.pipelined = self.graphs is not None and (
-            ahead if ahead is not None else os.environ.get("TENSORFOLD_AHEAD", "1") != "0")
+            ahead if ahead is not None else os.environ.get("TENSORFOLD_AHEAD", "0") == "1")
         self.behind = None  # the round replayed ahead, its tokens not read yet (a Behind)
         self.decided = None  # (streams, drafting, timed): what `_drafting` said in a round that had to wait for it
         if prompt_cache is not None and prompt_cache.chunk != chunk:

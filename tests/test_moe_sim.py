@@ -69,7 +69,7 @@ def test_moe_decode_round_recorded_as_a_graph_equals_the_twins(models):
     prompts, params = [[5, 9, 11], [7, 3]], SamplingParams(max_tokens=2, stop_ids=())
     outputs = []
     for model, graphs in ((twins, False), (kernels, True)):
-        engine = Engine(model, parallel=2, graphs=graphs)
+        engine = Engine(model, parallel=2, graphs=graphs, ahead=graphs)
         requests = [engine.submit(p, params) for p in prompts]
         while engine.run_round():
             pass

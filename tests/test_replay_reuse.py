@@ -43,7 +43,7 @@ def finished(engine, prompt, tokens: int = TOKENS):
 
 
 def one_lane(model, **options) -> Engine:
-    return Engine(model, parallel=1, context=64, graphs=True, **options)
+    return Engine(model, parallel=1, context=64, graphs=True, ahead=True, **options)
 
 
 def outcome(request) -> tuple:
@@ -129,7 +129,7 @@ def test_a_stream_that_ends_while_its_round_runs_ahead_leaves_the_others_exact(g
 
     def outputs(graphs):
         engine = Engine(graph_model if graphs else twin_of(graph_model), parallel=2, context=64, chunk=8,
-                        graphs=graphs)
+                        graphs=graphs, ahead=graphs)
         requests = [engine.submit(p, SamplingParams(max_tokens=n, stop_ids=(), temperature=0.8, seed=9))
                     for p, n in zip(prompts, lengths)]
         while engine.run_round():
