@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-FAMILIES = ("fmath", "weights", "gemv", "gemm", "rmsnorm", "elementwise", "conv", "deltanet", "rope", "attention",
-            "argmax", "sampling", "topk", "moe", "experts")
+FAMILIES = ("fmath", "weights", "gemv", "quantize", "gemm", "rmsnorm", "elementwise", "conv", "deltanet", "rope",
+            "attention", "argmax", "sampling", "topk", "moe", "experts")
 
 
 @dataclasses.dataclass
