@@ -1,5 +1,5 @@
-"""x in per-row fixed point for the exact-integer GEMM (gemm.py, whose docstring has the arithmetic): per row and
-group of `group_size` columns, the exponent e of the group's largest |x|, X = floor(x * 2^(P - e) + 0.5) in
+"""x in per-row fixed point for the exact-integer GEMM (gemm.py, whose docstring has the arithmetic): per row and group
+of `group_size` columns, the exponent e of the group's largest absolute value, X = floor(x * 2^(P - e) + 0.5) in
 balanced base-256 digits d0, d1, d2, and S = sum X.
 
 The twin, `quantize_x`, runs `fixed_point` on arrays. The kernel, `quantize_kernel`, writes the digits where the
@@ -67,9 +67,9 @@ def digit_position(column, bits, words):
 @functools.cache
 def quantize_kernel(bits, words, group_size):
     """Block per (a run of whole groups, row) of the padded rows, thread per QUANTIZE_COLUMNS consecutive columns:
-    the group's largest |x| and S by tree reductions over its threads in shared memory (a maximum and an integer sum:
-    exact in any order), then the columns' digits (laid out by `digit_position` for steps of `words` words); rows
-    past x's last are zero."""
+    the group's largest absolute value and S by tree reductions over its threads in shared memory (a maximum and an
+    integer sum: exact in any order), then the columns' digits (laid out by `digit_position` for steps of `words`
+    words); rows past x's last are zero."""
     group_threads = group_size // QUANTIZE_COLUMNS
 
     @cuda.jit(device=True)
