@@ -101,3 +101,24 @@ def test_an_moe_rounds_floor_counts_only_the_experts_a_row_chose(tmp_path):
     embedding = weights["embed_tokens.weight"].nbytes if not c.tie_word_embeddings else 0
     every_expert = model.weight_bytes - embedding
     assert round_bytes(model) == every_expert - experts + experts * c.num_experts_per_tok // c.num_experts
+
+
+def test_a_drafted_round_that_keeps_every_row_has_room(monkeypatch):
+    """The drafted-round measure when every guess is accepted (random weights that repeat a token do that): its
+    stream keeps 16 tokens a round through the warm-up and the timed rounds, and does not run out of room. The
+    guesses here are the model's own greedy tokens."""
+    import numpy as np
+
+    import tensorfold
+    from tensorfold.cli.bench import local
+    from tensorfold.engine import Engine, SamplingParams
+    from tensorfold.models import DEFAULT_MODEL
+    model = tensorfold.load(DEFAULT_MODEL, backend="numpy")
+    warmup, tokens, rows, prompt_tokens = 2, 3, 16, 8
+    prompt = np.random.default_rng(5).integers(0, model.config.vocab_size, prompt_tokens).tolist()
+    greedy = Engine(model).generate(prompt, SamplingParams(max_tokens=(warmup + tokens) * rows + 1, stop_ids=(),
+                                                           draft=False))
+    monkeypatch.setattr(local.FullChains, "propose",
+                        lambda self, ids, max_rows, state=None: greedy[len(ids) - prompt_tokens:][:max_rows])
+    drafted = local.decode_rate(model, 1, tokens, warmup, prompt_tokens, np.random.default_rng(5), rows=rows)
+    assert drafted["tokens"] == tokens * rows
