@@ -336,20 +336,21 @@ class Engine:
                 self._emit(stream, draw(-1))  # the chunk's last row
             return
         drafts = window.ids[1:window.used]
-        stream.observes = drafting or self.gate is None  # (a gate's undrafted rounds skip the drafter's upkeep)
+        observes = drafting or self.gate is None  # the drafter sees the kept rows (behind a gate: drafted rounds')
         request.stats.drafted += len(drafts)
         emitted = len(request.output)
         if drafts:
             request.stats.draft_rounds += 1
         if window.parents is not None:
-            self._walk_tree(stream, window, draw)
+            self._walk_tree(stream, window, draw, observes)
         else:
-            self._walk_chain(stream, window, draw, drafts)
-        if drafts or drafting and request.params.draft:
+            self._walk_chain(stream, window, draw, drafts, observes)
+        if drafts or (drafting and request.params.draft):
             stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted)
 
-    def _walk_chain(self, stream: Stream, window: Window, draw, drafts) -> None:
-        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows."""
+    def _walk_chain(self, stream: Stream, window: Window, draw, drafts, observes: bool) -> None:
+        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows (shown to
+        the drafter when it `observes`)."""
         request = stream.request
         kept = 0
         for row in range(len(window.ids)):
@@ -359,12 +360,14 @@ class Engine:
                 break
             request.stats.accepted += 1
         if request.finish_reason is None:
-            self._observe(stream, window, range(kept))
+            if observes:
+                self._observe(stream, window, range(kept))
             if window.issued_at is None:  # (a round replayed ahead kept its row when it was issued)
                 stream.state.keep(kept)
 
-    def _walk_tree(self, stream: Stream, window: Window, draw) -> None:
-        """Verify a tree: from the root, follow the child whose token equals the model's own token at that row."""
+    def _walk_tree(self, stream: Stream, window: Window, draw, observes: bool) -> None:
+        """Verify a tree: from the root, follow the child whose token equals the model's own token at that row; keep
+        the path (shown to the drafter when it `observes`)."""
         request = stream.request
         children = {r: [c for c, parent in enumerate(window.parents[:window.used]) if parent == r]
                     for r in range(window.used)}
@@ -379,12 +382,13 @@ class Engine:
             request.stats.accepted += 1
             path.append(row)
         if request.finish_reason is None:
-            self._observe(stream, window, path)
+            if observes:
+                self._observe(stream, window, path)
             stream.state.keep_path(path)
 
     def _observe(self, stream: Stream, window: Window, rows) -> None:
         """Show the drafter the tapped layer outputs at the rows the stream is about to keep, in order."""
-        if stream.draft_state is None or not window.features or not stream.observes:
+        if stream.draft_state is None or not window.features:
             return
         rows = list(rows)
         position = stream.state.length if window.issued_at is None else window.issued_at

@@ -100,7 +100,6 @@ class Stream:
         self.prompt_fed = 0
         self.next_token: int | None = None
         self.tokens_a_draft: float | None = None  # the mean tokens a drafted round gave it (the gate reads it)
-        self.observes = True  # the drafter sees the rows it keeps (behind a gate: those of its drafted rounds only)
 
     @property
     def tokens(self) -> list:

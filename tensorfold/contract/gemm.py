@@ -6,7 +6,8 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import combine_kernel, gemm_affine, gemm_kernel, kernel_shape, launch_products, load_words
+from tensorfold.cuda.gemm import (combine_kernel, gemm_affine, gemm_kernel, launch_products, load_words,
+                                  quantize_shape)
 from tensorfold.cuda.gemv import output_index, swiglu
 from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
 from tensorfold.device.grid import to_host
@@ -51,8 +52,7 @@ def _cases(bits, gpu_shapes=GPU_SHAPES):
 def _launch(x, packed, scales, biases, bits, group_size, fault=None, parts=None, gated=False):
     """The two kernels on device copies, with `fault` (if any) planted in x's quantized form between them."""
     rows, columns = x.shape
-    words, row_halves, _ = kernel_shape(rows, bits, group_size, columns)
-    rows_pad = -(-rows // (8 * row_halves)) * 8 * row_halves
+    words, rows_pad = quantize_shape(rows, bits, group_size, columns)
     quantized = launch_quantize(cuda.to_device(x), bits, group_size, words, rows_pad)
     if fault is not None:
         planted = fault(*(a.copy_to_host() for a in quantized), bits, group_size, words)

@@ -6,7 +6,7 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import kernel_shape
+from tensorfold.cuda.gemm import quantize_shape
 from tensorfold.cuda.quantize import LIMBS, P, digit_position, fixed_point, launch_quantize, quantize_kernel, quantize_x
 from tensorfold.device.grid import to_host
 
@@ -27,12 +27,6 @@ def _cases(bits):
     return cases
 
 
-def _layout(rows, columns, bits, group_size):
-    """(words, rows_pad) the GEMM calls the quantize kernel with for this many rows."""
-    words, row_halves, _ = kernel_shape(rows, bits, group_size, columns)
-    return words, -(-rows // (8 * row_halves)) * 8 * row_halves
-
-
 def _as_bytes(digits, exponents, sums):
     """The three outputs as arrays whose float32 view is exact (the contract compares float32 bytes)."""
     return digits.astype(np.float32), exponents.view(np.float32), sums.view(np.float32)
@@ -40,7 +34,7 @@ def _as_bytes(digits, exponents, sums):
 
 def _twin(x, bits, group_size, fault=None):
     rows, columns = x.shape
-    words, rows_pad = _layout(rows, columns, bits, group_size)
+    words, rows_pad = quantize_shape(rows, bits, group_size, columns)
     padded = np.zeros((rows_pad, columns), np.float32)
     padded[:rows] = x
     _, e, S = quantize_x(padded, group_size)
@@ -54,7 +48,7 @@ def _twin(x, bits, group_size, fault=None):
 
 
 def _launch(x, bits, group_size, fault=None):
-    words, rows_pad = _layout(*x.shape, bits, group_size)
+    words, rows_pad = quantize_shape(x.shape[0], bits, group_size, x.shape[1])
     digits, exponents, sums = (to_host(a) for a in launch_quantize(cuda.to_device(x), bits, group_size, words,
                                                                        rows_pad))
     if fault is not None:

@@ -297,14 +297,20 @@ def kernel_shape(rows, bits, group_size, columns):
     raise ValueError(f"no step of {bits}-bit codes fits {columns} columns in groups of {group_size}")
 
 
+def quantize_shape(rows, bits, group_size, columns) -> tuple:
+    """(words, rows_pad): the layout a call of `rows` rows quantizes x in, its step's words and its rows padded to
+    whole tiles of 8 * row_halves rows."""
+    words, row_halves, _ = kernel_shape(rows, bits, group_size, columns)
+    return words, -(-rows // (8 * row_halves)) * 8 * row_halves
+
+
 def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None, gated=False):
     """Run the GEMM over the rows of the device array x [rows, K] with an affine weight (packed, scales, biases on
     the device). Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a
     list of one array [rows, width] per part, each a contiguous piece of one output; `gated` (a weight of gate rows,
     then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`swiglu`)."""
     rows, columns = x.shape
-    words, row_halves, _ = kernel_shape(rows, bits, group_size, columns)
-    rows_pad = -(-rows // (8 * row_halves)) * 8 * row_halves
+    words, rows_pad = quantize_shape(rows, bits, group_size, columns)
     quantized = launch_quantize(x, bits, group_size, words, rows_pad, stream)
     return launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream, parts,
                            gated)
