@@ -24,15 +24,18 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the kernels): one thread per (value head h, column j): it holds column j of S (dk floats, in a local array)
+Mapping (the scan): one thread per (value head h, column j): it holds column j of S (dk floats, in a local array)
 from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no thread
 ever reads another's column. A column's delta depends on that column alone, so a rebuild reads only deltas the same
 thread logged. The scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's
 keys and queries in shared memory at once (two barriers a tile) and each thread loads its own v, decay, beta and
 parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The scan also writes the log:
 each row's delta column, and (from the head's first block) its decay and its key, the shared key head repeated for
-every value head that reads it. The apply gets the path as an int32 array of row indices and replays those rows of
-the log in order.
+every value head that reads it.
+
+Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
+row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
+runs the path's rows in order and writes it back. It gets the path as an int32 array of row indices.
 
 The scan's inputs come out of the layer's conv output and gate projections in one launch (`scan_inputs`): q and k
 L2-normalised per head, v as it is, and each row's gates. Mapping: a block of rmsnorm.THREADS threads per (row,
@@ -48,7 +51,7 @@ from tensorfold.cuda import (
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
 from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
 from tensorfold.cuda.rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
-from tensorfold.device.grid import device_int32
+from tensorfold.device.grid import BLOCK, blocks_for, device_int32
 from tensorfold.device.launch import kernel
 from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
@@ -130,7 +133,7 @@ def deltanet_apply(state, log, path):
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
-# scan_inputs: see the module's docstring. The scan and the apply: one thread per (value head h,
+# scan_inputs and the apply: see the module's docstring. The scan: one thread per (value head h,
 # column j) of a grid over [nv, dv]; the thread keeps column j of its head's state in `col` (a local array of dk
 # floats) from the first row to the last, and nothing else ever touches that column. The scan's blocks hold columns
 # of one head, which share the rows' keys and queries: the block walks the window in tiles of ROWS_STAGED rows and
@@ -139,25 +142,9 @@ def deltanet_apply(state, log, path):
 # Within a tile the rows run one after another, each with the same operations in the same order as the twin's row:
 # a tile changes when the inputs are loaded, never what is computed from them.
 
-MAX_DK = 128  # the longest key head an apply thread can hold (Qwen3.5: dk = 128)
-COLUMNS = 64  # threads per block of the scan and the apply (no reduction, so the bits do not depend on it)
-LOADS = 16  # state values a thread loads before it stores any: their memory latencies overlap
+COLUMNS = 64  # threads per block of the scan (no reduction across threads, so the bits do not depend on it)
+LOADS = 16  # the scan walks its column LOADS values at a time: a fixed count, so their loads go first and overlap
 ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
-
-
-@cuda.jit(device=True)
-def load_column(state, h, j, col):
-    """col[n] = state[h, n, j] for every n, LOADS loads in flight at a time: the apply's column, whose dk is only
-    known at run time (a plain loop of unknown count that stores each value into the column waits for each load in
-    turn: 128 memory latencies a column)."""
-    dk = state.shape[1]
-    batch = cuda.local.array(LOADS, np.float32)
-    for first in range(0, dk, LOADS):
-        for u in range(LOADS):
-            batch[u] = state[h, min(first + u, dk - 1), j]
-        for u in range(LOADS):
-            if first + u < dk:
-                col[first + u] = batch[u]
 
 
 @kernel
@@ -210,8 +197,7 @@ def scan_kernel(dk):
     instead of each thread loading them from global memory, and the barriers come once a tile instead of once a row.
 
     A thread loads its whole column at once (`load_whole_column`): dk is a constant, the loop is unrolled and all dk
-    loads are in flight together, where `load_column` waits on memory dk / LOADS times. The tile's loads are of a
-    fixed count for the same reason; past the window's last row they load the last row again, which no row reads."""
+    loads are in flight together. The tile's loads are of a fixed count for the same reason; past the window's last row they load the last row again, which no row reads."""
     staged_per_thread = -(-ROWS_STAGED * dk // COLUMNS)  # a tile's key (and query) values each thread stages
 
     @cuda.jit(device=True)
@@ -327,29 +313,23 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
 def deltanet_apply_kernel(state, log_decay, log_delta, log_key, path, new_state):
     i = cuda.grid(1)
     nv, dk, dv = state.shape[0], state.shape[1], state.shape[2]
-    h, j = i // dv, i % dv
-    col = cuda.local.array(MAX_DK, np.float32)
+    h, n, j = i // (dk * dv), i // dv % dk, i % dv  # j fastest: a warp reads and writes consecutive elements
     if h < nv:
-        load_column(state, h, j, col)
+        s = state[h, n, j]
         for p in range(path.shape[0]):
             r = path[p]
             if r < 0:  # the path's end
                 break
-            a = log_decay[r, h]
-            delta = log_delta[r, h, j]
-            for n in range(dk):  # decay, then write
-                col[n] = fma_rn(log_key[r, h, n], delta, col[n] * a)
-        for n in range(dk):
-            new_state[h, n, j] = col[n]
+            s = fma_rn(log_key[r, h, n], log_delta[r, h, j], s * log_decay[r, h])  # decay, then write
+        new_state[h, n, j] = s
 
 
 def deltanet_apply_launch(state, log, path, in_place=False, stream=0):
     """Replay the logged rows `path` into `state` on the device: a host list of row indices (uploaded as int32), or
     int32 on the device, ended by its first negative entry (a recorded keep's). `in_place`: over `state` (each
-    thread loads its whole column before it stores any of it)."""
+    thread reads the one element it writes)."""
     nv, dk, dv = state.shape
-    assert dk <= MAX_DK, f"key heads of {dk} > MAX_DK = {MAX_DK}"
     rows = device_int32(path, stream)
     new_state = state if in_place else cuda.device_array((nv, dk, dv), np.float32, stream=stream)
-    deltanet_apply_kernel[-(-nv * dv // COLUMNS), COLUMNS, stream](state, *log, rows, new_state)
+    deltanet_apply_kernel[blocks_for(nv * dk * dv), BLOCK, stream](state, *log, rows, new_state)
     return new_state
