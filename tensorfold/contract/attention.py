@@ -127,24 +127,28 @@ def _read_in_slot_order(inputs):
 
 
 def _tile_cases(mode, rng):
-    """Prompt chunks: more than ROWS_A_BLOCK rows that read their keys in place, which attention_partial_launch gives
-    to the tile kernel (rows, Hq, Hkv, hd, n_keys of the rows). The last tile is partial; consecutive rows' counts
-    cross a chunk boundary inside a tile, and one case's counts are in no order. The cache holds a few keys past the
+    """Prompt chunks and drafted chains: more than one row that read their keys in place, which
+    attention_partial_launch gives to the tile kernel (rows, Hq, Hkv, hd, n_keys of the rows). A tile is partial
+    (the last of a prompt chunk, or a chain shorter than ROWS_A_BLOCK); consecutive rows' counts cross a chunk
+    boundary inside a tile, and one case's counts are in no order. The cache holds a few keys past the
     longest row, so that a tile loading one key too many reads real data."""
     if mode == "sim":  # every block costs the simulator half a second or more: a few blocks only
         shapes = [(ROWS_A_BLOCK + 3, 1, 1, 8, np.arange(112, 112 + ROWS_A_BLOCK + 3)),  # two chunks, two tiles
                   (ROWS_A_BLOCK + 1, 4, 2, 40,  # head dims in two pieces, the second short; two query heads a KV head
-                   rng.integers(1, CHUNK + 1, ROWS_A_BLOCK + 1))]
+                   rng.integers(1, CHUNK + 1, ROWS_A_BLOCK + 1)),
+                  (2, 1, 1, 8, np.arange(CHUNK, CHUNK + 2))]  # a chain of two rows, across a chunk boundary
     else:  # the small ones first: a control turns red on the first case that catches it (no 2,048-row case: its
         # twin takes minutes on the host, and its tiles are those of the 512-row cases)
-        shapes = [(33, 16, 4, 256, np.arange(301, 334)),  # Qwen3.5-4B's heads, a tile of one row
+        shapes = [(16, 8, 2, 256, np.arange(4090, 4106)),  # a drafted chain of 16 rows across the 4,096 boundary
+                  (2, 8, 2, 256, np.arange(1, 3)), (5, 16, 4, 256, np.arange(300, 305)),  # short chains
+                  (33, 16, 4, 256, np.arange(301, 334)),  # Qwen3.5-4B's heads, a tile of one row
                   (128, 8, 2, 256, np.arange(873, 1001)),  # a prompt chunk of 128 rows ending at position 999
                   (200, 8, 2, 256, rng.integers(1, 1001, 200)),  # counts in no order
                   (512, 8, 2, 256, np.arange(1, 513)),  # a prompt's first 512 rows
                   (512, 8, 2, 256, np.arange(3489, 4001))]  # a chunk of 512 rows ending at position 4,000
     cases = []
     for rows, heads, kv_heads, head_dim, n_keys in shapes:
-        assert rows > ROWS_A_BLOCK, "the launch gives the tile kernel more than ROWS_A_BLOCK rows"
+        assert rows > 1, "the launch gives the tile kernel more than one row"
         cache = int(n_keys.max()) + 3
         cases.append((f"{rows}x{heads}/{kv_heads}x{head_dim} n {n_keys.min()}..{n_keys.max()}", {
             "q": rng.normal(size=(rows, heads, head_dim)).astype(np.float32),

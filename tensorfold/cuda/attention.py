@@ -46,10 +46,10 @@ index is unsigned, so a load costs no check for a negative index. Each thread fi
 `cache_row`. Keys past a row's n are never read (the twin reads cache row 0 for them and multiplies it by p = 0,
 which gives the same bits while the cache holds finite values).
 
-Partial over a tile of rows: a long prompt chunk's per-row blocks would each load their chunk's keys and values
-again, so when the rows read their keys in place and are more than ROWS_A_BLOCK (a prompt chunk; a decode round's
-window is at most 16 rows), one block of CHUNK threads serves (chunk, query head, ROWS_A_BLOCK consecutive rows)
-and loads each key and value once for all of them. The block stages the tile's queries and the chunk's keys in
+Partial over a tile of rows: the per-row blocks of a prompt chunk or of a drafted chain would each load their
+chunk's keys and values again, so when the rows read their keys in place and are more than one, one block of CHUNK
+threads serves (chunk, query head, ROWS_A_BLOCK consecutive rows) and loads each key and value once for all of
+them (a tree's rows read their path's keys, not in place: they take the per-row kernel). The block stages the tile's queries and the chunk's keys in
 shared memory a piece of DIMS_A_PIECE head dims at a time, the pieces in order; thread t owns key slot t and adds
 each dim of its key into its dot with every row's query, so each (row, key) dot walks the head dims in order, as
 in the per-row kernel. Each row has its own max tree and sum tree with the per-row kernel's halving steps (a step
@@ -441,8 +441,8 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
                              max_keys=None, chunk=CHUNK):
     """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] and path_slots [rows, deepest + 1] (int32) on
     the device; committed an int, or each row's on the device (int32 [rows]: a recorded round reads it there).
-    Returns (m, l, o). Without path_slots every key is read in place, and a call of more than ROWS_A_BLOCK rows (a
-    prompt chunk) runs the tile kernel; the others run the per-row kernel. Both give the twin's bits.
+    Returns (m, l, o). Without path_slots every key is read in place, and a call of more than one row (a prompt
+    chunk, a drafted chain) runs the tile kernel; the others run the per-row kernel. Both give the twin's bits.
 
     The outputs hold ceil(max_keys / chunk) chunks, max_keys defaulting to N: pass the largest n_keys when the
     cache has room beyond it (chunks no row reaches only cost empty blocks, and the merge ignores them).
@@ -453,7 +453,7 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     l = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     o = cuda.device_array((rows, heads, chunks, head_dim), np.float32, stream=stream)
     assert head_dim <= DIMS_A_THREAD * CHUNK, f"head_dim {head_dim} over the partial's {DIMS_A_THREAD * CHUNK}"
-    if path_slots is None and rows > ROWS_A_BLOCK:  # a prompt chunk (a decode round's window is at most 16 rows)
+    if path_slots is None and rows > 1:  # rows that share their keys: each chunk's keys loaded once a tile
         tiles = -(-rows // ROWS_A_BLOCK)
         attention_partial_tile_kernel[(chunks, heads, tiles), CHUNK, stream](flat(q), flat(keys), flat(values), heads,
                                                                              keys.shape[1], head_dim, n_keys, scale,

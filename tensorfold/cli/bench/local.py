@@ -3,7 +3,9 @@ checkpoint with the shapes of a released Qwen3.5 size (checkpoint.py), beside tr
 config (the peer, peer.py).
 
 * decode: greedy, undrafted decode through an `Engine` at 1, 4 and 16 streams (`parallel` = streams, one
-  short prompt each); after the warm-up rounds, the tokens of the timed rounds over their time. Then one stream
+  short prompt each); after the warm-up rounds, the tokens of the timed rounds over their time (the streams'
+  key/value buffers grown first to hold every timed row, so that no timed round makes a recording: a lane keeps
+  its grown buffers from request to request, model/replay.py). Then one stream
   whose every round is a drafted chain of `--draft-rows` rows (`FullChains`: guesses that are cheap to make, so
   the round's own cost shows): its time a round beside the undrafted round's. Beside it, what a
   round would cost if only weight reads counted (the HBM floor: the bytes a round reads over a device-to-device
@@ -77,9 +79,12 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
                 for _ in range(streams)]
     for _ in range(warmup):  # the first round takes the prompts and gives every stream its first token
         engine.run_round()
+    for stream in engine.active:  # room for every timed row now: a grown buffer records its rounds anew (replay.py)
+        stream.state.reserve(engine.context - stream.state.length)
     free_after = device_free_bytes(model.backend)
     state_bytes = max(stream.state.nbytes for stream in engine.active)
     before = sum(len(r.output) for r in requests)
+    recorded = engine.graphs.recorded if engine.graphs else 0
     model.backend.synchronize()
     started, rounds = time.perf_counter(), 0
     while (rounds < tokens or engine.behind is not None) and engine.run_round():  # (and a round ahead's tokens)
@@ -89,7 +94,8 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     produced = sum(len(r.output) for r in requests) - before
     graphs = engine.graphs
     return {"streams": streams, "rows": rows, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
-            "graph_rounds": {"recorded": graphs.recorded, "replayed": graphs.replayed} if graphs else None,
+            "graph_rounds": {"recorded": graphs.recorded, "recorded_while_timed": graphs.recorded - recorded,
+                             "replayed": graphs.replayed} if graphs else None,
             "ms_per_round": 1000 * seconds / rounds, "context": engine.context, "stream_bytes": engine.stream_bytes(),
             "state_bytes": state_bytes,
             "device_bytes_per_stream": None if free_before is None else (free_before - free_after) // streams}
