@@ -70,11 +70,13 @@ def _partial_twin(q, keys, values, n_keys, scale, chunk, committed, path_slots):
     return attention_partial(q, keys, values, n_keys, scale, committed, path_slots)  # the twin's chunk is CHUNK
 
 
-def _partial_on_device(q, keys, values, n_keys, scale, chunk, committed, path_slots):
+def _partial_on_device(q, keys, values, n_keys, scale, chunk, committed, path_slots, tile=None):
+    """The partials on the device; `tile` names the kernel of rows that read their keys in place (None: the
+    launch's choice)."""
     slots = None if path_slots is None else cuda.to_device(path_slots.astype(np.int32))
     return attention_partial_launch(cuda.to_device(q), cuda.to_device(keys), cuda.to_device(values),
                                     cuda.to_device(np.asarray(n_keys, np.int32)), scale, committed, slots,
-                                    max_keys=int(np.max(n_keys)), chunk=chunk)
+                                    max_keys=int(np.max(n_keys)), chunk=chunk, tile=tile)
 
 
 def _merge_cases(mode, rng):
@@ -127,8 +129,8 @@ def _read_in_slot_order(inputs):
 
 
 def _tile_cases(mode, rng):
-    """Prompt chunks and drafted chains: more than one row that read their keys in place, which
-    attention_partial_launch gives to the tile kernel (rows, Hq, Hkv, hd, n_keys of the rows). A tile is partial
+    """Prompt chunks and drafted chains: more than one row that read their keys in place, on the tile kernel
+    (rows, Hq, Hkv, hd, n_keys of the rows). A tile is partial
     (the last of a prompt chunk, or a chain shorter than ROWS_A_BLOCK); consecutive rows' counts cross a chunk
     boundary inside a tile, and one case's counts are in no order. The cache holds a few keys past the
     longest row, so that a tile loading one key too many reads real data."""
@@ -236,10 +238,10 @@ _TILE_CONTROLS = {"a moved chunk boundary": lambda i: {**i, "chunk": CHUNK // 2}
                   "every row reading its tile's longest count": _tile_longest, "two keys swapped": swap_rows("keys"),
                   "the next KV head's keys": roll("keys")}
 CONTRACT = [
-    KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _cases, _CONTROLS,
-                kernels=(attention_partial_kernel,)),
-    KernelCheck("attention_partial_tile", _partial_twin, lambda **i: to_host(_partial_on_device(**i)), _tile_cases,
-                _TILE_CONTROLS, kernels=(attention_partial_tile_kernel,)),
+    KernelCheck("attention_partial", _partial_twin, lambda **i: to_host(_partial_on_device(**i, tile=False)),
+                _cases, _CONTROLS, kernels=(attention_partial_kernel,)),
+    KernelCheck("attention_partial_tile", _partial_twin, lambda **i: to_host(_partial_on_device(**i, tile=True)),
+                _tile_cases, _TILE_CONTROLS, kernels=(attention_partial_tile_kernel,)),
     KernelCheck("attention_merge", attention_merge, _merge_on_device, _merge_cases,
                 {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks,
                  "the next head's gate": roll("gate")}, kernels=(attention_merge_kernel,)),

@@ -1,5 +1,7 @@
-"""Launch geometry shared by the kernel files: the element grid, flat views of device arrays, integers on the device,
-and copying results back."""
+"""Launch geometry shared by the kernel files: the element grid, the GPU's multiprocessors, flat views of device
+arrays, integers on the device, and copying results back."""
+import functools
+
 import numpy as np
 from numba import cuda
 
@@ -9,6 +11,12 @@ BLOCK = 256  # threads per block of the one-thread-per-element kernels
 def blocks_for(n: int) -> int:
     """Blocks of BLOCK threads that cover n elements."""
     return max(1, -(-n // BLOCK))
+
+
+@functools.cache
+def multiprocessors() -> int:
+    """The GPU's streaming multiprocessors (1 under the simulator, which has none to fill)."""
+    return getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)
 
 
 def flat(a):
