@@ -16,9 +16,8 @@ does not depend on which streams share its rounds: every row's logits are the bi
 lane's buffers (model/replay.py) replay for every request the lane serves.
 
 Rounds replayed ahead (`ahead`, off by default): when every stream decodes one undrafted row drawn on the device,
-the engine issues round n + 1, whose recording reads its ids from the tokens round n drew, before it reads round n's
-tokens and hands them out (`_run_behind`), so the device works while the host does (docs/architecture.rst, "Rounds
-replayed ahead").
+round n + 1 (its ids read on the device) is issued before round n's tokens are read (`_run_behind`; docs/
+architecture.rst, "Rounds replayed ahead").
 """
 import dataclasses
 import os
@@ -77,8 +76,9 @@ class Engine:
         self.waiting: list = []
         self.active: list = []  # in lane order
         # each lane's cache, reset in place for every request admitted to it, so that the recordings keyed by its
-        # buffers outlive requests; made when first needed, up to `parallel`
+        # buffers outlive requests; made when first needed, up to `parallel`; and its drafter state, kept likewise
         self.lanes: list = []
+        self.drafts: dict = {}  # lane index -> the drafter state its last drafting request used
         self.rounds = 0
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -206,8 +206,7 @@ class Engine:
 
     def _goes_ahead(self, streams, drafting: bool) -> bool:
         """Whether a round of these streams replays ahead of its tokens: rounds are pipelined, and every stream
-        decodes (its prompt in), drafts nothing (the drafter never proposes, the round does not draft, or the
-        request turned drafting off) and draws on the device."""
+        decodes (its prompt in), drafts nothing and draws on the device."""
         if not self.pipelined:
             return False
         for stream in streams:
@@ -244,11 +243,10 @@ class Engine:
 
     def _draws(self, streams, windows, logits, starts, planned=None) -> list:
         """For each stream, `draw(row)`: the model's token at a row of its window's logits (rows starts[s] ..
-        starts[s + 1] - 1 of the round's `logits`). The round's draws are one backend call, on the device when the
-        backend has one, and only the tokens come back: row r of a chain or tree is drawn for output position
-        len(output) + depth(r), the position it has if the walk reaches it. The streams `rows_to_draw` names draw on
-        the host, a row at a time as the walk reaches it; a scored prompt chunk records its prompt's logprobs.
-        `planned`: a replayed round's (host, batch) and the tokens drawn in its recording."""
+        starts[s + 1] - 1 of `logits`). The round's draws are one backend call and only the tokens come back: row r
+        is drawn for output position len(output) + depth(r), its position if the walk reaches it. The streams
+        `rows_to_draw` names draw on the host, a row at a time as the walk reaches it; a scored prompt chunk records
+        its prompt's logprobs. `planned`: a replayed round's (host, batch, the tokens drawn in its recording)."""
         host, batch, tokens = planned if planned is not None else (*rows_to_draw(streams, windows), None)
         draws = [None] * len(streams)
         for s in host:
@@ -274,7 +272,11 @@ class Engine:
 
     def _admit(self, request: Request) -> Stream:
         """A free lane for the request, its cache empty or resumed from the prompt cache's longest stored prefix."""
-        stream = Stream(request, self._free_lane(), self.drafter.new_stream() if request.params.draft else None)
+        lane = self._free_lane()
+        n = self.lanes.index(lane)
+        if request.params.draft:  # the lane's last drafter state, emptied in place: recordings on it replay
+            self.drafts[n] = self.drafter.reset(self.drafts[n]) if n in self.drafts else self.drafter.new_stream()
+        stream = Stream(request, lane, self.drafts[n] if request.params.draft else None)
         resumes = self.prompt_cache is not None and request.params.prompt_logprobs is None  # scoring runs every row
         snapshot = self.prompt_cache.lookup(request.prompt) if resumes else None
         if snapshot is not None:
@@ -301,12 +303,11 @@ class Engine:
         chain or tree. When rounds replay from recordings, a drafted window is padded to 1 + max_draft rows (each
         padding row follows the row before it), so that a shorter proposal replays the round it recorded: a row's
         bits do not depend on the rows after it, and the walk and the keep never reach the padding."""
-        prompt = stream.request.prompt
-        if stream.prompt_fed < len(prompt):
-            rows = prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
-            scoring = stream.request.params.prompt_logprobs is not None and len(rows) > 1  # (one row: its last)
-            return Window(stream.state, rows, "all" if scoring else "last")
         request = stream.request
+        if stream.prompt_fed < len(request.prompt):
+            rows = request.prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
+            scoring = request.params.prompt_logprobs is not None and len(rows) > 1  # (one row: its last)
+            return Window(stream.state, rows, "all" if scoring else "last")
         room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste
         drafts, parents = self.drafter.propose_tree(stream.tokens, room, stream.draft_state) \
             if drafting and request.params.draft and room > 0 else ([], [])

@@ -199,3 +199,40 @@ def test_control_engine_proposals_with_a_frozen_key_count_are_caught(target, dra
     output, proposals = engine_drafts(target, drafter_model, graphs=True, proposals_wanted=2)
     assert output == eager_engine[0][:len(output)]
     assert proposals[0] == eager_engine[1][0] and proposals[1] != eager_engine[1][1]
+
+
+def lane_drafts(target, model: DFlashModel) -> tuple:
+    """PROMPT through an engine (graphs on) whose one lane served another request first, drafting one-guess chains
+    with the block drafter: (the output, each proposal's bits, in order, the drafter's recordings made for it)."""
+    drafter, proposals = BlockDrafter(model, "chain", graphs=True), []
+    block_topk = drafter.block_topk
+
+    def logged(*args):
+        ids, logprobs = block_topk(*args)
+        proposals.append(ids.tobytes() + logprobs.tobytes())
+        return ids, logprobs
+    drafter.block_topk = logged
+    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=True)
+    for prompt, tokens in ((PROMPT[::-1] + [11], 3), (PROMPT, 5)):
+        proposals.clear()
+        recorded = drafter.graphs.recorded
+        request = engine.submit(prompt, SamplingParams(max_tokens=tokens, stop_ids=()))
+        while request.finish_reason is None:
+            engine.run_round()
+    return request.output, proposals, drafter.graphs.recorded - recorded
+
+
+def test_a_lanes_next_request_drafts_on_the_lanes_drafter_context(target, drafter_model, eager_engine):
+    """The lane's drafter context, emptied in place for its next request (`BlockDrafter.reset`), gives that request
+    the proposals a fresh eager engine's gives, and its proposals and extends replay the recordings made for the
+    request before (none recorded anew)."""
+    output, proposals, recorded = lane_drafts(target, drafter_model)
+    assert (output, proposals) == eager_engine and recorded == 0
+
+
+def test_control_a_lane_whose_drafter_context_keeps_the_last_request_is_caught(target, drafter_model, eager_engine,
+                                                                              monkeypatch):
+    """Control: a reset that leaves the last request's context rows: the next request's proposals are not a fresh
+    engine's (its first extend, at a position before the stale context's end, is refused and ends it)."""
+    monkeypatch.setattr(BlockDrafter, "reset", lambda self, state: state)
+    assert lane_drafts(target, drafter_model)[:2] != eager_engine

@@ -6,8 +6,9 @@ class Drafter:
     last token is the one sampled last, not yet run through the model).
 
     A drafter that reads the model's hidden states (the block drafter) names the layers it needs in `taps`; the
-    engine then gives it, for every stream, a state of its own (`new_stream`) and, after each round, the outputs of
-    those layers at the rows the stream committed (`observe`). Drafters that read only tokens ignore both."""
+    engine then gives it, for every stream, a state of its own (`new_stream`, or its lane's last one `reset`) and,
+    after each round, the outputs of those layers at the rows the stream committed (`observe`). Drafters that read
+    only tokens ignore both."""
 
     name = "none"
     taps: tuple = ()  # target layers whose outputs (the residual stream after the layer) the drafter reads
@@ -20,6 +21,11 @@ class Drafter:
 
     def new_stream(self):
         """Per-stream drafter state, handed back to `observe` and the proposals (none here)."""
+
+    def reset(self, state):
+        """A state of an ended request emptied for the next request of its lane, in place where it holds device
+        buffers (so that recordings made on them replay); here a new one."""
+        return self.new_stream()
 
     def observe(self, state, features: list, position: int, rows: int | None = None) -> None:
         """Rows the stream committed: `features[j]` holds layer taps[j]'s output [n, hidden] at positions

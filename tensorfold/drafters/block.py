@@ -204,8 +204,7 @@ def expected_shapes(config: DFlashConfig) -> dict:
 
 def load_dflash_weights(folder: str, config: DFlashConfig, progress=False) -> dict:
     """Every drafter tensor by name: Linear (bf16 or f32) for matrices, float32 arrays for the norm weights."""
-    stored = stored_tensors(folder)
-    shapes = expected_shapes(config)
+    stored, shapes = stored_tensors(folder), expected_shapes(config)
     for name in stored:
         if any(part in name for part in DFLASH2_TENSORS):
             raise CheckpointError(f"tensor {name} belongs to {DFLASH2_MESSAGE}")
@@ -226,8 +225,7 @@ def load_dflash_weights(folder: str, config: DFlashConfig, progress=False) -> di
         names = tqdm(names, desc="loading the drafter", unit=" tensors", total=len(shapes))
     weights = {}
     for name, shape in names:
-        info = stored[name]
-        values = info.read()
+        info, values = stored[name], stored[name].read()
         if len(shape) == 2 and info.dtype == "BF16":
             weights[name] = Linear("bf16", *shape, values)
             continue
@@ -395,11 +393,10 @@ class BlockDrafter(Drafter):
     """The drafter an engine calls: per stream a DraftContext that `observe` extends with committed rows, and one
     block forward per proposal. Chains take each row's argmax, trees a best-first tree over each row's top k.
 
-    `rows` is the block height (the root and up to rows - 1 guesses), the checkpoint's block_size by default. With
-    `chain_first` a tree starts from the whole top-1 chain, so it never accepts fewer tokens than the chain; but a
-    budget of the whole block (rows - 1 guesses over rows - 1 depths) then leaves no room, and the tree is the chain.
-    So it is off by default: best-first alone trades the chain's deep, unlikely guesses for likelier siblings near
-    the root.
+    `rows` is the block height (the root and up to rows - 1 guesses), the checkpoint's block_size by default.
+    `chain_first` starts a tree from the whole top-1 chain (never fewer tokens accepted than the chain), but a budget
+    of the whole block then leaves no room and the tree is the chain; so it is off by default: best-first alone
+    trades the chain's deep, unlikely guesses for likelier siblings near the root.
 
     On a backend that records CUDA graphs, proposals and extends replay from recordings (drafters/replay.py), unless
     `graphs` is False, or None with TENSORFOLD_GRAPHS=0 (the engine's switch, model.replay.replays_decode_rounds).
@@ -426,6 +423,11 @@ class BlockDrafter(Drafter):
     def new_stream(self) -> DraftContext:
         return self.model.new_context()
 
+    def reset(self, state: DraftContext) -> DraftContext:
+        """The context emptied in its own buffers (no row is read past its length), whose recordings then replay."""
+        state.positions = np.zeros(0, np.int64)
+        return state
+
     def observe(self, state: DraftContext, features: list, position: int, rows: int | None = None) -> None:
         """Committed rows at positions position .. position + rows - 1, with their tapped features [n, H] each (the
         first `rows` of the n; all of them by default)."""
@@ -446,9 +448,8 @@ class BlockDrafter(Drafter):
     def restore(self, saved: "SavedContext | None") -> DraftContext:
         context = self.new_stream()
         if saved is not None:
-            upload = self.model.ops.upload
-            context.keys = [upload(k.copy()) for k in saved.keys]
-            context.values = [upload(v.copy()) for v in saved.values]
+            context.keys, context.values = ([self.model.ops.upload(a.copy()) for a in arrays]
+                                            for arrays in (saved.keys, saved.values))
             context.positions = saved.positions.copy()
         return context
 
@@ -479,8 +480,7 @@ class BlockDrafter(Drafter):
         -1 for the root. A chain drafter returns its chain."""
         budget = min(max_rows, self.rows - 1)
         if self.shape == "chain" or budget <= 0:
-            chain = self.propose(tokens, max_rows, state)
-            return chain, list(range(-1, len(chain) - 1))
+            return super().propose_tree(tokens, max_rows, state)  # the chain `propose` gives
         k = min(self.rows - 1, MAX_K, self.model.config.vocab_size)  # the block and k fixed, as in `propose`
         ids, logprobs = self.block_topk(tokens, self.rows - 1, k, state)
         return best_first_tree(logprobs[:budget], ids[:budget], budget, self.chain_first)

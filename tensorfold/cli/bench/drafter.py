@@ -7,8 +7,8 @@ token to the last, so the prompt pass is left out) and, where rounds replay, how
 drafted output must equal the undrafted one (by token sha256): a mismatch is reported and fails the run.
 
 By default: the embedded model and its own block drafter (`drafter/` beside its weights), greedy and seeded
-sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after one untimed warm-up request per mode
-(it compiles the kernels).
+sampling (T = 0.8), 256 tokens for each of four prompts from the plays, after one untimed warm-up request through
+the same engine (it compiles the kernels and records the lane's rounds).
 
 With `--phases`, each mode's rounds are also split into where their time goes: the window (the drafter's proposal),
 the forward (replayed or launch by launch), the draws (sampling, and the tokens back to the host) and the rest of
@@ -77,12 +77,20 @@ class PhaseClock:
 
 
 def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = False, gated: bool = False) -> dict:
-    """Each prompt alone through an engine with `drafter` (behind a `DraftGate` when `gated`): the outputs' hashes,
-    the decode rate and acceptance; with `phases`, the milliseconds per decode round of each phase (`PhaseClock`)."""
+    """Each prompt alone through an engine with `drafter` (behind a `DraftGate` when `gated`), after an untimed
+    warm-up request through the same engine (it compiles the kernels and makes the lane's recordings, as a serving
+    engine's first requests do): the outputs' hashes, the decode rate, acceptance and the recordings made while
+    timed; with `phases`, the milliseconds per decode round of each phase (`PhaseClock`). The context holds a whole
+    drafted window past every request's end, so that a window never shrinks (a new shape, a new recording)."""
     from tensorfold.drafters import DraftGate
     from tensorfold.engine import Engine, SamplingParams
-    engine = Engine(model, parallel=1, drafter=drafter, context=max(len(p) for p in prompts) + tokens,
+    from tensorfold.model.replay import MAX_ROWS
+    engine = Engine(model, parallel=1, drafter=drafter, context=max(len(p) for p in prompts) + tokens + MAX_ROWS,
                     gate=DraftGate() if gated else None)
+    warmup = engine.submit(prompts[0], SamplingParams(max_tokens=min(tokens, 32), stop_ids=(), **sampling))
+    while warmup.finish_reason is None and engine.run_round():
+        pass
+    recorded = (engine.graphs.recorded if engine.graphs is not None else 0) + drafter.recordings
     clock = PhaseClock(engine) if phases else None
     hashes, seconds, output, accepted, draft_rounds, rounds, decode_rounds = [], 0.0, 0, 0, 0, 0, 0
     for prompt in prompts:
@@ -108,7 +116,9 @@ def decode(model, drafter, prompts, tokens: int, sampling: dict, phases: bool = 
     graphs = engine.graphs
     result = {"hashes": hashes, "tok_s": output / seconds, "rounds": rounds,
               "tau": (accepted + draft_rounds) / draft_rounds if draft_rounds else None,
-              "recordings": None if graphs is None else {"recorded": graphs.recorded, "replayed": graphs.replayed}}
+              "recordings": None if graphs is None else {"recorded": graphs.recorded, "replayed": graphs.replayed,
+                                                         "recorded_while_timed": graphs.recorded + drafter.recordings
+                                                         - recorded}}
     if clock is not None:
         clock.close()
         result["phases_ms"] = clock.per_round(seconds, decode_rounds)
@@ -130,7 +140,6 @@ def run(args) -> int:
     results, failed = {}, False
     for name, sampling in SAMPLINGS.items():
         for mode, (drafter, gated) in modes.items():
-            decode(model, drafter, prompts[:1], min(args.tokens, 32), sampling)  # warm-up: compiles the kernels
             result = decode(model, drafter, prompts, args.tokens, sampling, gated=gated)
             if args.phases:  # a run of its own: the synchronizes slow it down
                 result["phases_ms"] = decode(model, drafter, prompts, args.tokens, sampling, True, gated)["phases_ms"]
@@ -139,7 +148,8 @@ def run(args) -> int:
             failed |= not equal
             tau = f"{result['tau']:6.2f}" if result["tau"] else "     -"
             replays = result["recordings"]
-            replays = f"  recorded {replays['recorded']} / replayed {replays['replayed']}" if replays else ""
+            replays = (f"  recorded {replays['recorded']} / replayed {replays['replayed']} (recorded while timed, "
+                       f"drafter's too: {replays['recorded_while_timed']})" if replays else "")
             print(f"{name:7} {mode:6} decode {result['tok_s']:8.1f} tok/s  tau {tau}  rounds {result['rounds']:5}  "
                   f"{'equal to undrafted' if equal else 'DIFFERS FROM UNDRAFTED'}{replays}", flush=True)
             if args.phases:
