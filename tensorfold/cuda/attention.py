@@ -49,9 +49,9 @@ which gives the same bits while the cache holds finite values).
 Partial over a tile of rows: the per-row blocks of a prompt chunk or of a drafted chain would each load their
 chunk's keys and values again, so when the rows read their keys in place, one block of CHUNK threads serves (chunk,
 query head, ROWS_A_BLOCK consecutive rows) and loads each key and value once for all of them. It runs a sixteenth
-of the per-row kernel's blocks, so a call takes it only when its grid (chunks x heads x tiles) still gives every
-multiprocessor two blocks: a long cache, or a prompt chunk's many tiles; a short cache runs faster on the per-row
-kernel's many blocks. (A tree's rows read their path's keys, not in place: they take the per-row kernel.) The block stages the tile's queries and the chunk's keys in
+of the per-row kernel's blocks, so a call takes it when more than half a tile's rows share its loads, or when its
+grid (chunks x heads x tiles) still gives every multiprocessor two blocks (a long cache); a few rows over a short
+cache run faster on the per-row kernel's many blocks. (A tree's rows read their path's keys, not in place: they take the per-row kernel.) The block stages the tile's queries and the chunk's keys in
 shared memory a piece of DIMS_A_PIECE head dims at a time, the pieces in order; thread t owns key slot t and adds
 each dim of its key into its dot with every row's query, so each (row, key) dot walks the head dims in order, as
 in the per-row kernel. Each row has its own max tree and sum tree with the per-row kernel's halving steps (a step
@@ -444,7 +444,7 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] and path_slots [rows, deepest + 1] (int32) on
     the device; committed an int, or each row's on the device (int32 [rows]: a recorded round reads it there).
     Returns (m, l, o). Without path_slots every key is read in place, and a call of more than one row runs the tile
-    kernel when its grid fills the GPU (or `tile` is True); the others run the per-row kernel. Both give the twin's bits.
+    kernel when it has most of a tile's rows or its grid fills the GPU (or `tile` is True); the others run the per-row kernel. Both give the twin's bits.
 
     The outputs hold ceil(max_keys / chunk) chunks, max_keys defaulting to N: pass the largest n_keys when the
     cache has room beyond it (chunks no row reaches only cost empty blocks, and the merge ignores them).
@@ -456,8 +456,8 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     o = cuda.device_array((rows, heads, chunks, head_dim), np.float32, stream=stream)
     assert head_dim <= DIMS_A_THREAD * CHUNK, f"head_dim {head_dim} over the partial's {DIMS_A_THREAD * CHUNK}"
     tiles = -(-rows // ROWS_A_BLOCK)
-    if tile is None:  # when its grid gives every multiprocessor two blocks (the module's docstring)
-        tile = rows > 1 and chunks * heads * tiles >= 2 * multiprocessors()
+    if tile is None:  # most of a tile's rows, or a grid that fills the GPU (the module's docstring)
+        tile = rows > ROWS_A_BLOCK // 2 or (rows > 1 and chunks * heads * tiles >= 2 * multiprocessors())
     if path_slots is None and tile:  # rows that read their keys in place: each chunk's keys loaded once a tile
         attention_partial_tile_kernel[(chunks, heads, tiles), CHUNK, stream](flat(q), flat(keys), flat(values), heads,
                                                                              keys.shape[1], head_dim, n_keys, scale,
