@@ -443,8 +443,8 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
                              max_keys=None, chunk=CHUNK, tile=None):
     """q [rows, Hq, hd], keys and values [N, Hkv, hd], n_keys [rows] and path_slots [rows, deepest + 1] (int32) on
     the device; committed an int, or each row's on the device (int32 [rows]: a recorded round reads it there).
-    Returns (m, l, o). Without path_slots every key is read in place, and a call of more than one row runs the tile
-    kernel when it has most of a tile's rows or its grid fills the GPU (or `tile` is True); the others run the per-row kernel. Both give the twin's bits.
+    Returns (m, l, o). Without path_slots every key is read in place, and more than one row may run the tile kernel
+    (`tile`: on, off, or None for the module's rule); the others run the per-row kernel. Both give the twin's bits.
 
     The outputs hold ceil(max_keys / chunk) chunks, max_keys defaulting to N: pass the largest n_keys when the
     cache has room beyond it (chunks no row reaches only cost empty blocks, and the merge ignores them).
