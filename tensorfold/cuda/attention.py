@@ -48,18 +48,19 @@ which gives the same bits while the cache holds finite values).
 
 Partial over a tile of rows: the per-row blocks of a prompt chunk or of a drafted chain would each load their
 chunk's keys and values again, so when the rows read their keys in place, one block of CHUNK threads serves (chunk,
-query head, ROWS_A_BLOCK consecutive rows) and loads each key and value once for all of them. It runs a sixteenth
-of the per-row kernel's blocks, so a call takes it when more than half a tile's rows share its loads, or when its
-grid (chunks x heads x tiles) still gives every multiprocessor two blocks (a long cache); a few rows over a short
-cache run faster on the per-row kernel's many blocks. (A tree's rows read their path's keys, not in place: they take the per-row kernel.) The block stages the tile's queries and the chunk's keys in
-shared memory a piece of DIMS_A_PIECE head dims at a time, the pieces in order; thread t owns key slot t and adds
-each dim of its key into its dot with every row's query, so each (row, key) dot walks the head dims in order, as
-in the per-row kernel. Each row has its own max tree and sum tree with the per-row kernel's halving steps (a step
-of all the tile's rows spread over the threads). Then thread t owns head dims t and t + CHUNK of every row, walks
-the chunk's keys in order, loads each key's value once and adds it into the o of each row that reads that key.
-The tile loads the keys of its longest row; a shorter row's dots past its n are computed but dropped (-inf, p = 0)
-and its sums skip those keys, so each row's m, l and o are the per-row kernel's, bit for bit. A tile that reaches
-no key of the chunk writes its rows' empty partials (m = -inf, l = 0, o = 0) and loads nothing.
+query head, ROWS_A_BLOCK consecutive rows) and loads each key and value once for all of them. It runs a sixteenth of
+the per-row kernel's blocks, so a call takes it when more than half a tile's rows share its loads, or when its grid
+(chunks x heads x tiles) still gives every multiprocessor two blocks (a long cache); a few rows over a short cache
+run faster on the per-row kernel's many blocks, which a tree's rows (reading their path's keys) always take. The
+block stages the tile's queries and the chunk's keys in shared memory a piece of DIMS_A_PIECE head dims at a time,
+the pieces in order; thread t owns key slot t and adds each dim of its key into its dot with every row's query, so
+each (row, key) dot walks the head dims in order, as in the per-row kernel. Each row has its own max tree and sum
+tree with the per- row kernel's halving steps (a step of all the tile's rows spread over the threads). Then thread t
+owns head dims t and t + CHUNK of every row, walks the chunk's keys in order, loads each key's value once and adds
+it into the o of each row that reads that key. The tile loads the keys of its longest row; a shorter row's dots past
+its n are computed but dropped (-inf, p = 0) and its sums skip those keys, so each row's m, l and o are the per-row
+kernel's, bit for bit. A tile that reaches no key of the chunk writes its rows' empty partials (m = -inf, l = 0, o =
+0) and loads nothing.
 
 Merge: one thread per (row, head, dim), walking the chunks in order. Both partial kernels take the chunk width as an
 argument (CHUNK in the engine) so that the contract can plant a moved chunk boundary. Write: one thread per element
@@ -78,8 +79,7 @@ from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
-LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their latencies overlap, where a loop
-# that used each value as it loaded it would wait a memory latency per key
+LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their memory latencies overlap
 DIMS_A_THREAD = 2  # head dims a partial's thread owns for o: CHUNK * 2 = 256, Qwen3.5's head_dim
 MAX_HEAD_DIM = DIMS_A_THREAD * CHUNK
 HELD = DIMS_A_THREAD * LOADS  # values a partial's thread holds at a time (numba sizes a local array by a constant)
