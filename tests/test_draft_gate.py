@@ -169,3 +169,23 @@ def test_behind_a_gate_only_drafted_rounds_are_shown_to_the_drafter(shakespeare,
         assert request.stats.draft_rounds <= shown < decode_rounds / 4, (shown, decode_rounds)
     else:
         assert shown == 1 + decode_rounds - 1, (shown, decode_rounds)
+
+
+@pytest.mark.parametrize("prior", [True, False])
+def test_a_new_stream_starts_from_the_streams_before_it(prior):
+    """A stream whose drafted rounds gave 1.5 tokens (drafting does not pay) ends; the next stream, not measured
+    yet, is expected to give what the last did, so its first round does not draft. Control: a gate that forgets
+    what the streams before gave drafts the new stream's first round, to try it."""
+    clock = RoundClock()
+    gate, mean = DraftGate(clock), None
+    for _ in range(40):  # the first stream: the gate learns the round costs and its 1.5 tokens
+        drafts = gate.drafts(1, [mean])
+        gate.start()
+        clock.takes(2.0 if drafts else 1.0)
+        gate.finish(1, drafts, recorded=False)
+        if drafts:
+            mean = tokens_mean(mean, 1.5)
+    gate.since_draft = 0  # (not a probe's turn)
+    if not prior:  # planted: the gate forgets
+        gate.prior = float("inf")
+    assert gate.drafts(1, [None]) is not prior

@@ -14,8 +14,9 @@ draft counts as drafted even where the drafter found nothing to propose (the n-g
 repeat): it gave one token, at the cost of asking and of not going ahead, and the gate learns so. Only decode rounds
 are timed (a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor
 the first round of a kind (compiles, first uploads) is, since no later round costs what they did. What the gate has
-not measured yet it tries: a kind of round not yet timed runs next, and a stream's tokens a draft start at the most
-a drafted round can give. While drafting does not pay, a round drafts anyway (a probe) once the undrafted rounds
+not measured yet it tries: a kind of round not yet timed runs next, and a new stream's tokens a draft start at the
+mean of the streams it last saw that had drafted (`prior`: a request after another on the same engine does not
+explore again), or before any at the most a drafted round can give. While drafting does not pay, a round drafts anyway (a probe) once the undrafted rounds
 since the last drafted one have taken `wait` times a drafted round's time, so that a stretch of text that repeats,
 or an emptier round, is seen at a bounded cost: a probe takes at most 1 / (1 + wait) of the time. A probe that finds
 drafting still does not pay doubles the wait, up to LONGEST_WAIT, and drafting that pays sets it back to FIRST_WAIT.
@@ -46,14 +47,18 @@ class DraftGate:
         self.wait, self.since_draft = FIRST_WAIT, 0
         self.probed = False  # the last drafted round was a probe
         self.started = None
+        self.prior = float("inf")  # a new stream's tokens a drafted round: the mean of the last known ones
 
     def drafts(self, streams: int, tokens: list) -> bool:
         """Whether a decode round of `streams` streams drafts, given each drafting stream's mean tokens a drafted
-        round (None: not measured yet)."""
+        round (None: not measured yet, `prior` taken)."""
+        known = [t for t in tokens if t is not None]
+        if known:
+            self.prior = sum(known) / len(known)
         drafted, plain = self.seconds.get((streams, True)), self.seconds.get((streams, False))
         if plain is None or drafted is None:  # try what is not measured yet, undrafted first
             return plain is not None
-        expected = sum(float("inf") if t is None else t for t in tokens) + streams - len(tokens)
+        expected = sum(self.prior if t is None else t for t in tokens) + streams - len(tokens)
         probed, self.probed = self.probed, False
         if expected / drafted > streams / plain:
             self.wait = FIRST_WAIT
