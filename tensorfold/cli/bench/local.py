@@ -77,10 +77,11 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     requests = [engine.submit(rng.integers(0, model.config.vocab_size, prompt_tokens),
                               SamplingParams(max_tokens=budget, draft=rows > 1, stop_ids=()))
                 for _ in range(streams)]
-    for _ in range(warmup):  # the first round takes the prompts and gives every stream its first token
+    for n in range(warmup):  # the first round takes the prompts and gives every stream its first token
         engine.run_round()
-    for stream in engine.active:  # room for every timed row now: a grown buffer records its rounds anew (replay.py)
-        stream.state.reserve(engine.context - stream.state.length)
+        if n == 0:  # then room for every row: a grown buffer records its rounds anew (replay.py), here in warm-up
+            for stream in engine.active:
+                stream.state.reserve(engine.context - stream.state.length)
     free_after = device_free_bytes(model.backend)
     state_bytes = max(stream.state.nbytes for stream in engine.active)
     before = sum(len(r.output) for r in requests)
