@@ -144,10 +144,11 @@ check(np.allclose(out, o, rtol=1e-4, atol=1e-5) and np.allclose(final, s, rtol=1
 # row into S. Saving S after every row would cost dk x dv floats per head per row. The scan instead logs, per row
 # and head, the decay, the delta column d and the key: dv + dk + 1 floats. Replaying the accepted rows of the log
 # into the state from before the window is all that is needed, because the delta already holds what the read
-# found: the apply only decays and writes, S = fma_rn(k, d, a * S), exactly the scan's two state updates.
+# found: the apply only decays and writes, S = fma_rn(k, d, a * S), exactly the scan's two state updates. With no
+# sum left, every element of S is a chain of its own: the kernel gives each element a thread of its own.
 show([deltanet.deltanet_apply, deltanet._decay_and_write], deltanet.deltanet_apply_kernel,
      align=[("for r in path", "for p in range(path.shape[0])"),
-            ("def _decay_and_write", "a = log_decay[r, h]")])
+            ("def _decay_and_write", "s = fma_rn(")])
 
 accepted = 4  # of the window's 6 rows, the stream keeps the first 4
 path = list(range(accepted))
