@@ -156,11 +156,9 @@ def test_control_a_context_written_at_the_recorded_length_is_caught(drafter_mode
 PROMPT = [5, 17, 29]
 
 
-def engine_drafts(target, model: DFlashModel, graphs: bool, proposals_wanted: int | None = None) -> tuple:
-    """The prompt through an engine drafting one-guess chains with the block drafter, graphs on or off (the
-    target's and the drafter's), until it ends or has proposed `proposals_wanted` times: (the output, each
-    proposal's ids and log-probabilities bytes, in order). At least two rounds draft, accepted or not; the second
-    replays the first's proposal over a longer context."""
+def logging_engine(target, model: DFlashModel, graphs: bool) -> tuple:
+    """(an engine drafting one-guess chains with the block drafter, graphs on or off (the target's and the
+    drafter's), its drafter, the list to which each proposal's ids and log-probabilities bytes are appended)."""
     drafter, proposals = BlockDrafter(model, "chain", graphs=graphs), []
     block_topk = drafter.block_topk
 
@@ -170,6 +168,14 @@ def engine_drafts(target, model: DFlashModel, graphs: bool, proposals_wanted: in
         return ids, logprobs
     drafter.block_topk = logged
     engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=graphs)
+    return engine, drafter, proposals
+
+
+def engine_drafts(target, model: DFlashModel, graphs: bool, proposals_wanted: int | None = None) -> tuple:
+    """The prompt through a `logging_engine` until it ends or has proposed `proposals_wanted` times: (the output,
+    each proposal's bytes, in order). At least two rounds draft, accepted or not; the second replays the first's
+    proposal over a longer context."""
+    engine, drafter, proposals = logging_engine(target, model, graphs)
     request = engine.submit(PROMPT, SamplingParams(max_tokens=5, stop_ids=()))
     while request.finish_reason is None and len(proposals) != proposals_wanted:
         engine.run_round()
@@ -202,17 +208,9 @@ def test_control_engine_proposals_with_a_frozen_key_count_are_caught(target, dra
 
 
 def lane_drafts(target, model: DFlashModel) -> tuple:
-    """PROMPT through an engine (graphs on) whose one lane served another request first, drafting one-guess chains
-    with the block drafter: (the output, each proposal's bits, in order, the drafter's recordings made for it)."""
-    drafter, proposals = BlockDrafter(model, "chain", graphs=True), []
-    block_topk = drafter.block_topk
-
-    def logged(*args):
-        ids, logprobs = block_topk(*args)
-        proposals.append(ids.tobytes() + logprobs.tobytes())
-        return ids, logprobs
-    drafter.block_topk = logged
-    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=True)
+    """PROMPT through a `logging_engine` (graphs on) whose one lane served another request first: (the output, each
+    proposal's bytes, in order, the drafter's recordings made for it)."""
+    engine, drafter, proposals = logging_engine(target, model, graphs=True)
     for prompt, tokens in ((PROMPT[::-1] + [11], 3), (PROMPT, 5)):
         proposals.clear()
         recorded = drafter.graphs.recorded
