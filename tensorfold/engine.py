@@ -283,7 +283,7 @@ class Engine:
             snapshot.restore(stream.state)
             stream.state.settle()  # the snapshot's arrays copied into the lane's own buffers
             if stream.draft_state is not None:
-                stream.draft_state = self.drafter.restore(snapshot.draft)
+                stream.draft_state = self.drafter.restore(snapshot.draft, into=stream.draft_state)
             stream.prompt_fed = request.stats.cached_tokens = snapshot.length
         return stream
 

@@ -115,7 +115,7 @@ def test_a_resumed_prompt_drafts_as_a_fresh_one(model, monkeypatch):
     assert resumed.stats.cached_tokens > 0
     assert resumed.output == fresh.output
     assert (resumed.stats.drafted, resumed.stats.accepted) == (fresh.stats.drafted, fresh.stats.accepted)
-    monkeypatch.setattr(drafter, "restore", lambda saved: drafter.new_stream())
+    monkeypatch.setattr(drafter, "restore", lambda saved, into=None: drafter.new_stream())
     fresh, forgetful = twice()
     assert forgetful.output == fresh.output
     assert (forgetful.stats.drafted, forgetful.stats.accepted) != (fresh.stats.drafted, fresh.stats.accepted)

@@ -36,9 +36,9 @@ class Drafter:
         """A host copy of a stream's state, kept with a prompt-cache snapshot: None (nothing to keep, as here), or an
         object whose `nbytes` the cache counts against its budget."""
 
-    def restore(self, saved):
-        """A stream state from what `save` returned."""
-        return self.new_stream()
+    def restore(self, saved, into=None):
+        """A stream state from what `save` returned; `into`: a lane's last state, to hold it where it can."""
+        return self.new_stream() if into is None else self.reset(into)
 
     def stream_bytes(self, rows: int) -> int:
         """Memory a stream's state takes when the stream holds `rows` rows."""

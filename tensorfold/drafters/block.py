@@ -445,11 +445,11 @@ class BlockDrafter(Drafter):
         return SavedContext([ops.to_host(k[:n]).copy() for k in state.keys],
                             [ops.to_host(v[:n]).copy() for v in state.values], state.positions.copy())
 
-    def restore(self, saved: "SavedContext | None") -> DraftContext:
-        context = self.new_stream()
-        if saved is not None:
-            context.keys, context.values = ([self.model.ops.upload(a.copy()) for a in arrays]
-                                            for arrays in (saved.keys, saved.values))
+    def restore(self, saved: "SavedContext | None", into: DraftContext | None = None) -> DraftContext:
+        context = self.new_stream() if into is None else self.reset(into)  # into: a lane's (its recordings replay)
+        if saved is not None:  # the saved rows written into its buffers, grown where they must
+            context.keys = [self.model.ops.append_rows(b, 0, k) for b, k in zip(context.keys, saved.keys)]
+            context.values = [self.model.ops.append_rows(b, 0, v) for b, v in zip(context.values, saved.values)]
             context.positions = saved.positions.copy()
         return context
 

@@ -16,10 +16,11 @@ are timed (a round with a prompt chunk costs what its chunk costs), and neither 
 the first round of a kind (compiles, first uploads) is, since no later round costs what they did. What the gate has
 not measured yet it tries: a kind of round not yet timed runs next, and a new stream's tokens a draft start at the
 mean of the streams it last saw that had drafted (`prior`: a request after another on the same engine does not
-explore again), or before any at the most a drafted round can give. While drafting does not pay, a round drafts anyway (a probe) once the undrafted rounds
-since the last drafted one have taken `wait` times a drafted round's time, so that a stretch of text that repeats,
-or an emptier round, is seen at a bounded cost: a probe takes at most 1 / (1 + wait) of the time. A probe that finds
-drafting still does not pay doubles the wait, up to LONGEST_WAIT, and drafting that pays sets it back to FIRST_WAIT.
+explore again), or before any at the most a drafted round can give. While drafting does not pay, a round drafts
+anyway (a probe) once the undrafted rounds since the last drafted one have taken `wait` times a drafted round's
+time, so that a stretch of text that repeats, or an emptier round, is seen at a bounded cost: a probe takes at most
+1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to LONGEST_WAIT, and
+drafting that pays sets it back to FIRST_WAIT.
 
 Behind a gate the drafter is shown the rows a stream keeps (`Drafter.observe`: the block drafter extends its
 context with them) only in rounds that let it draft, and in prompt chunks: its upkeep then costs nothing while
