@@ -130,10 +130,10 @@ def _read_in_slot_order(inputs):
 
 def _tile_cases(mode, rng):
     """Prompt chunks and drafted chains: more than one row that read their keys in place, on the tile kernel
-    (rows, Hq, Hkv, hd, n_keys of the rows). A tile is partial
-    (the last of a prompt chunk, or a chain shorter than ROWS_A_BLOCK); consecutive rows' counts cross a chunk
-    boundary inside a tile, and one case's counts are in no order. The cache holds a few keys past the
-    longest row, so that a tile loading one key too many reads real data."""
+    (rows, Hq, Hkv, hd, n_keys of the rows). A tile is partial (the last of a prompt chunk, or a chain shorter than
+    ROWS_A_BLOCK); consecutive rows' counts cross a chunk boundary inside a tile, and one case's counts are in no
+    order. The cache holds a few keys past the longest row, so that a tile loading one key too many reads real
+    data."""
     if mode == "sim":  # every block costs the simulator half a second or more: a few blocks only
         shapes = [(ROWS_A_BLOCK + 3, 1, 1, 8, np.arange(112, 112 + ROWS_A_BLOCK + 3)),  # two chunks, two tiles
                   (ROWS_A_BLOCK + 1, 4, 2, 40,  # head dims in two pieces, the second short; two query heads a KV head
