@@ -15,16 +15,14 @@ import tensorfold
 from tensorfold.api import Model
 from tensorfold.backends import make_backend
 from tensorfold.cuda import gemv, rmsnorm, topk
-from tensorfold.drafters.block import (
-    BlockDrafter,
+from tensorfold.drafters.block import BlockDrafter, load_dflash, load_drafter
+from tensorfold.drafters.dflash_checkpoint import (
     DFlashConfig,
-    best_first_tree,
     default_target_layer_ids,
     expected_shapes,
-    load_dflash,
     load_dflash_weights,
-    load_drafter,
 )
+from tensorfold.drafters.trees import best_first_tree
 from tensorfold.errors import CheckpointError, ConfigError, TensorfoldError
 from tensorfold.model.checkpoint import load_weights
 from tensorfold.model.safetensors_io import write_file

@@ -15,7 +15,8 @@ import tensorfold
 from tensorfold.api import Model
 from tensorfold.backends import make_backend
 from tensorfold.drafters import block
-from tensorfold.drafters.block import BlockDrafter, DFlashConfig, DFlashModel, expected_shapes, load_dflash
+from tensorfold.drafters.block import BlockDrafter, DFlashModel, load_dflash
+from tensorfold.drafters.dflash_checkpoint import DFlashConfig, expected_shapes
 from tensorfold.drafters.replay import DraftGraphs
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.checkpoint import Linear, load_weights
