@@ -12,8 +12,8 @@ at the first mismatch is the next decode row. So drafted output equals undrafted
 does not depend on which streams share its rounds: every row's logits are the bits a one-row step would give.
 
 `Engine` owns a model, runs rounds on one thread, and hands each request its tokens through a queue. Each of its
-`parallel` lanes keeps its cache from request to request, reset in place, so the decode rounds recorded on the
-lane's buffers (model/replay.py) replay for every request the lane serves.
+`parallel` lanes keeps its cache and drafter state from request to request, reset in place, so the recordings made
+on the lane's buffers (model/replay.py, drafters/replay.py) replay for every request the lane serves.
 
 Rounds replayed ahead (`ahead`, off by default): when every stream decodes one undrafted row drawn on the device,
 round n + 1 (its ids read on the device) is issued before round n's tokens are read (`_run_behind`; docs/
@@ -59,6 +59,7 @@ class Engine:
             raise TensorfoldError(f"context {self.context} exceeds the model's max_position_embeddings "
                                   f"({model.config.max_position_embeddings})")
         self.drafter = drafter or Drafter()
+        self.window_rows = min(1 + max_draft, MAX_ROWS, self.drafter.window_rows or MAX_ROWS)
         self.gate = gate  # with a gate, a decode round drafts only while drafting pays (drafters/gate.py); else always
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
@@ -75,9 +76,7 @@ class Engine:
             raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
         self.active: list = []  # in lane order
-        # each lane's cache, reset in place for every request admitted to it, so that the recordings keyed by its
-        # buffers outlive requests; made when first needed, up to `parallel`; and its drafter state, kept likewise
-        self.lanes: list = []
+        self.lanes: list = []  # each lane's cache, reset in place for each request it takes (the module's docstring)
         self.drafts: dict = {}  # lane index -> the drafter state its last drafting request used
         self.rounds = 0
         self._lock = threading.Condition()
@@ -300,9 +299,9 @@ class Engine:
 
     def _window(self, stream: Stream, drafting: bool = True) -> Window:
         """This round's rows for a stream: the next prompt chunk, or the decode row and (when `drafting`) its drafted
-        chain or tree. When rounds replay from recordings, a drafted window is padded to 1 + max_draft rows (each
-        padding row follows the row before it), so that a shorter proposal replays the round it recorded: a row's
-        bits do not depend on the rows after it, and the walk and the keep never reach the padding."""
+        chain or tree. When rounds replay from recordings, a drafted window is padded to `window_rows` (each padding
+        row follows the row before it), so that a shorter proposal replays the round it recorded: a row's bits do not
+        depend on the rows after it, and the walk and the keep never reach the padding."""
         request = stream.request
         if stream.prompt_fed < len(request.prompt):
             rows = request.prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
@@ -315,7 +314,7 @@ class Engine:
         parents = [-1] + [p + 1 for p in parents]
         padding = 0
         if drafts and self.graphs is not None:  # one recorded shape, however many rows the drafter gave this time
-            padding = max(0, min(1 + self.max_draft, MAX_ROWS, self.context - stream.state.length) - len(ids))
+            padding = max(0, min(self.window_rows, self.context - stream.state.length) - len(ids))
             ids, parents = ids + [ids[-1]] * padding, parents + list(range(len(ids) - 1, len(ids) - 1 + padding))
         if parents == list(range(-1, len(ids) - 1)):
             return Window(stream.state, ids, "all", padding=padding)  # a chain

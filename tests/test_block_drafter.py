@@ -126,8 +126,8 @@ def test_bench_drafter_checks_exactness_and_reports_acceptance(tmp_path, capsys)
 
     from tensorfold.cli.main import main
     out = tmp_path / "drafter.json"
-    assert main(["bench", "drafter", "--backend", "numpy", "--tokens", "6", "--prompts", "1", "--json",
-                 str(out)]) == 0
+    assert main(["bench", "drafter", "--backend", "numpy", "--tokens", "6", "--prompts", "1", "--draft-rows", "4",
+                 "--json", str(out)]) == 0
     assert "DIFFERS" not in capsys.readouterr().out
     results = json.loads(out.read_text())["results"]
     assert results["greedy tree"]["tau"] > 1 and results["greedy none"]["tau"] is None

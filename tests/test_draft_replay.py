@@ -157,9 +157,10 @@ def test_control_a_context_written_at_the_recorded_length_is_caught(drafter_mode
 PROMPT = [5, 17, 29]
 
 
-def logging_engine(target, model: DFlashModel, graphs: bool) -> tuple:
-    """(an engine drafting one-guess chains with the block drafter, graphs on or off (the target's and the
-    drafter's), its drafter, the list to which each proposal's ids and log-probabilities bytes are appended)."""
+def logging_engine(target, model: DFlashModel, graphs: bool, max_draft: int = 1) -> tuple:
+    """(an engine drafting chains of up to `max_draft` guesses with the block drafter, graphs on or off (the target's
+    and the drafter's), its drafter, the list to which each proposal's ids and log-probabilities bytes are
+    appended)."""
     drafter, proposals = BlockDrafter(model, "chain", graphs=graphs), []
     block_topk = drafter.block_topk
 
@@ -168,7 +169,7 @@ def logging_engine(target, model: DFlashModel, graphs: bool) -> tuple:
         proposals.append(ids.tobytes() + logprobs.tobytes())
         return ids, logprobs
     drafter.block_topk = logged
-    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=graphs)
+    engine = Engine(target, parallel=1, chunk=8, context=32, drafter=drafter, max_draft=max_draft, graphs=graphs)
     return engine, drafter, proposals
 
 
@@ -235,3 +236,18 @@ def test_control_a_lane_whose_drafter_context_keeps_the_last_request_is_caught(t
     engine's (its first extend, at a position before the stale context's end, is refused and ends it)."""
     monkeypatch.setattr(BlockDrafter, "reset", lambda self, state: state)
     assert lane_drafts(target, drafter_model)[:2] != eager_engine
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_replayed_window_holds_the_drafters_block_not_max_draft(target, drafter_model, bounded, monkeypatch):
+    """A block drafter fills at most its block (`window_rows`: 3 rows here), so with max_draft 5 its replayed windows
+    are padded to 3 rows, not 6: padding rows cost a round as much as real ones. Control: a drafter with no bound of
+    its own gets windows of 1 + max_draft rows."""
+    if not bounded:
+        monkeypatch.setattr(BlockDrafter, "window_rows", None)
+    engine, _, proposals = logging_engine(target, drafter_model, graphs=True, max_draft=5)
+    request = engine.submit(PROMPT, SamplingParams(max_tokens=3, stop_ids=()))
+    while request.finish_reason is None and not proposals:
+        engine.run_round()
+    drafted = {rows for key in engine.graphs.recordings for rows, _ in key[1]} - {1}  # (a one-row round's: 1)
+    assert drafted == ({3} if bounded else {6})

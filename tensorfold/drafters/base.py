@@ -13,6 +13,7 @@ class Drafter:
     name = "none"
     taps: tuple = ()  # target layers whose outputs (the residual stream after the layer) the drafter reads
     recordings = 0  # CUDA graphs it has recorded so far (the block drafter's replayed proposals and extends)
+    window_rows = None  # the most rows of a window it fills, the decode row included (None: no bound of its own)
 
     @property
     def proposes(self) -> bool:

@@ -216,6 +216,11 @@ class BlockDrafter(Drafter):
     def recordings(self) -> int:
         return self.graphs.recorded if self.graphs is not None else 0
 
+    @property
+    def window_rows(self) -> int:
+        """The block's height: its root and up to rows - 1 guesses."""
+        return self.rows
+
     def new_stream(self) -> DraftContext:
         return self.model.new_context()
 

@@ -131,9 +131,9 @@ def run(args) -> int:
 
     model = tensorfold.load(args.model, backend=args.backend)
     name = args.drafter or os.path.join(model.path, "drafter")
-    chain = make_drafter(name, model, "chain")
-    modes = {"none": (Drafter(), False), "chain": (chain, False), "tree": (make_drafter(name, model, "tree"), False),
-             "auto": (chain, True)}
+    chain = make_drafter(name, model, "chain", args.draft_rows)
+    tree = make_drafter(name, model, "tree", args.draft_rows)
+    modes = {"none": (Drafter(), False), "chain": (chain, False), "tree": (tree, False), "auto": (chain, True)}
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:args.prompts]]
     print(f"# {model.path} on {model.backend.name}; drafter {chain.name}; {len(prompts)} prompts x "
           f"{args.tokens} tokens, one stream at a time", flush=True)
@@ -171,5 +171,7 @@ def add_parser(kinds) -> None:
     p.add_argument("--prompts", type=int, default=4, choices=range(1, len(PROMPTS) + 1), metavar="1..4")
     p.add_argument("--phases", action="store_true", help="also split each mode's rounds into phases (window, "
                    "forward, draws, after), in a second run")
+    p.add_argument("--draft-rows", type=int, default=None,
+                   help="rows of a block drafter's window, the sampled token included (default: its block size)")
     p.add_argument("--json", help="also write the results to this file")
     p.set_defaults(run=run)
