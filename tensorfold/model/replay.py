@@ -9,9 +9,9 @@ and its stream's length). `DecodeGraphs.run(windows)` runs such a round's forwar
 (tensorfold/device/graphs.py):
 
 1. Each stream lands the DeltaNet rows an eager round left pending, puts its state and conv tail back in its own
-   buffers (`settle`), and grows its key/value buffers when the window's rows would not fit, to twice its length
-   at least (HEADROOM rows at first, never past its `max_rows`), so that a stream of n rows has grown them about
-   log2(n / HEADROOM) times, each a new recording: eager work, done before recording or replaying, and nothing at
+   buffers (`settle`), and grows its key/value buffers when the window's rows would not fit, by HEADROOM rows at
+   least (a buffer that grows at least doubles, `reserve_rows`: a stream of n rows grows them about
+   log2(n / HEADROOM) times, each a new recording): eager work, done before recording or replaying, and nothing at
    all after a replayed round.
 2. The recording for these streams' buffers and window shapes is looked up, or made: `forward_logits` over
    `RoundInputs` that read a fixed [RoundInputs.ROWS, rows] buffer (`recorded`: the attention covers each stream's
@@ -61,8 +61,8 @@ those buffers alive (it holds every argument it launched), so no other array can
 the key is in the cache. A tree's parents are not in the key: its maps are round data, so a tree of n rows replays
 one recording whatever its shape. The engine's lanes (engine.py) keep their caches from request to request, reset
 in place, and list their streams in lane order, so a lane's next request replays the recordings made on its buffers.
-A stream joining or leaving, a grown buffer (doubled, and a lane keeps it) or a new window shape makes a new key and
-a new recording.
+A stream joining or leaving, a grown buffer (a lane keeps it) or a new window shape makes a new key and a new
+recording.
 
 A recording holds every array its round made: the activations of its rows, the logits [rows, vocab], the attention
 partials (rows x heads x the cache's chunks x head_dim, per attention layer), and per DeltaNet layer and window a
@@ -84,7 +84,7 @@ import numpy as np
 from tensorfold.device import graphs
 from tensorfold.model.rows import RoundInputs, RowMaps
 
-HEADROOM = 256  # key/value rows a buffer grows by at least before a recording; past them it doubles
+HEADROOM = 256  # key/value rows a buffer grows by at least before a recording
 MAX_ROWS = 16  # a window's rows in a replayed round: the decode row and up to 15 drafted rows (the engine's max_draft)
 
 
@@ -144,7 +144,7 @@ class DecodeGraphs:
             state.land()  # rows an eager round left pending: a recording scans from the stored state
             state.settle()  # and so is a state or tail an eager keep pointed at a forward's output
             if any(buffer.shape[0] < state.length + len(win.ids) for buffer in state.keys.values()):
-                room = max(HEADROOM, len(win.ids), state.length)  # doubled: a recording takes far longer than a round
+                room = max(HEADROOM, len(win.ids))
                 state.reserve(room if state.max_rows is None else min(room, state.max_rows - state.length))
         base = self.key(windows, taps)
         feeding = draws is not None and all(len(win.ids) == 1 for win in windows)
