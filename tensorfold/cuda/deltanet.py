@@ -197,7 +197,8 @@ def scan_kernel(dk):
     instead of each thread loading them from global memory, and the barriers come once a tile instead of once a row.
 
     A thread loads its whole column at once (`load_whole_column`): dk is a constant, the loop is unrolled and all dk
-    loads are in flight together. The tile's loads are of a fixed count for the same reason; past the window's last row they load the last row again, which no row reads."""
+    loads are in flight together. The tile's loads are of a fixed count for the same reason; past the window's last
+    row they load the last row again, which no row reads."""
     staged_per_thread = -(-ROWS_STAGED * dk // COLUMNS)  # a tile's key (and query) values each thread stages
 
     @cuda.jit(device=True)
