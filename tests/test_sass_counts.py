@@ -1,6 +1,6 @@
-"""tools/sass_counts.py's reading of SASS: the loop it reports is the basic block with the most FFMA, each
-instruction counted by its opcode, whatever its predicate or modifiers. (The tool itself needs NVIDIA's ptxas and
-nvdisasm wheels, which the test extra does not install.)"""
+"""tools/sass_counts.py's reading of SASS: the loop it reports is the basic block with the most multiply-adds (FFMA
+and IMMA), each instruction counted by its opcode, whatever its predicate or modifiers. (The tool itself needs
+NVIDIA's ptxas and nvdisasm wheels, which the test extra does not install.)"""
 import importlib.util
 from pathlib import Path
 

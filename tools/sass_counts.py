@@ -1,4 +1,4 @@
-"""The machine code of the GEMV kernels without a GPU: each kernel's registers, spills and its busiest loop.
+"""The machine code of the round's hot kernels without a GPU: each kernel's registers, spills and its busiest loop.
 
 numba compiles a kernel to PTX for an H200 (compute capability 9.0) with no device present; ptxas assembles the PTX
 and nvdisasm prints the SASS, the instructions the GPU runs. Both come in NVIDIA's wheels, which this tool needs and
@@ -7,10 +7,12 @@ the package does not:
     pip install nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvdisasm
     python tools/sass_counts.py
 
-For each GEMV shape a decode or prefill round uses it prints the registers a thread takes (which decide how many
-blocks share an SM), the bytes spilled to local memory, and the loop with the most FFMA: its instruction count and
-its instruction mix. For the kernels of receipt 2026-12-01-h200-ahead these are the counts that `inspect_sass`
-gave on the H200 (ptxas 12.9 here), so a change to a loop can be shaped before it is timed; timings still decide.
+For the exact GEMM at a decode round's shapes (one row, 16 rows) and a prompt chunk's, the routed experts' grouped
+GEMM, x's quantize, the residual norm and the DeltaNet scan it prints the registers a thread takes (which decide how
+many blocks share an SM), the bytes spilled to local memory, and the basic block with the most multiply-adds
+(FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also catches what the simulator
+does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A change to a loop can be
+shaped here before it is timed; timings still decide.
 """
 import collections
 import glob
@@ -63,7 +65,8 @@ def sass(py_func, signature):
 
 
 def busiest_block(text):
-    """The opcodes (modifiers dropped) of the basic block with the most FFMA: a kernel's inner loop, unrolled."""
+    """The opcodes (modifiers dropped) of the basic block with the most multiply-adds (FFMA and IMMA): a kernel's
+    inner loop, unrolled."""
     blocks = [[]]
     for line in text.splitlines():
         if line.strip().startswith(".L_"):  # a label starts a basic block
@@ -71,7 +74,7 @@ def busiest_block(text):
         match = INSTRUCTION.search(line)
         if match:
             blocks[-1].append(match.group(1))
-    return collections.Counter(max(blocks, key=lambda block: block.count("FFMA")))
+    return collections.Counter(max(blocks, key=lambda block: block.count("FFMA") + block.count("IMMA")))
 
 
 def main():
@@ -79,16 +82,23 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from numba import types
 
-    from tensorfold.cuda import gemv
-    flat = {name: getattr(types, name)[::1] for name in ("uint64", "uint32", "float32")}
-    tile = (flat["uint64"], types.int64, types.int64, flat["uint32"], types.int64, flat["float32"],
-            flat["float32"], types.int64, flat["float32"]) + (types.int64,) * 5
-    row = tile[:1] + tile[2:]  # the one-row kernel takes x as it is: no count of rounds
-    kernels = [(f"tile, {rows} rows x {outputs} outputs a warp{', gated' if gated else ''}",
-                gemv.gemv_kernel(gemv.affine_format(4, 64), rows, outputs, gated), tile)
-               for rows, outputs, gated in [(8, 4, False), (8, 2, False), (4, 4, False), (4, 2, False), (4, 2, True)]]
-    kernels += [(f"one row, {outputs} outputs x {step} chunks a warp", gemv.affine_row_kernel(4, 64, outputs, step), row)
-                for outputs, step in [(gemv.ROW_OUTPUTS, gemv.ROW_STEP), (gemv.NARROW_OUTPUTS, gemv.NARROW_STEP)]]
+    from tensorfold.cuda import deltanet, experts, gemm, quantize, rmsnorm
+    u32, i32, f32, f64 = (getattr(types, name)[::1] for name in ("uint32", "int32", "float32", "float64"))
+    f2, f3, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.int32[:, ::1]
+    # gemm_kernel's arguments (digits, exponents, S, columns, padded rows, codes, words a row, scales, biases,
+    # groups a row, partials, rows, outputs); the grouped kernel's add the sorted pairs, their offsets, x rows a pair
+    products = (u32, i32, i32, types.int64, types.int64, u32, types.int64, f32, f32, types.int64, f64, types.int64,
+                types.int64)
+    round_words = gemm.kernel_shape(1, 4, 64, 2048)[0]
+    kernels = [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048)), products)
+               for name, rows in (("1 row", 1), ("16 rows", 16), ("a prompt chunk", 512))]
+    kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
+                 products + (i32, i32, types.int64)),
+                ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),
+                 (f2, types.int8[:, :, ::1], i2, i2)),
+                ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2)),
+                ("DeltaNet scan, dk 128", deltanet.scan_kernel(128),
+                 (f3, f3, f3, f3, f2, f2, i32, i2, f3, f3, f2, f3, f3))]
     for name, kernel, signature in kernels:
         registers, spilled, text = sass(kernel.py_func, signature)
         loop = busiest_block(text)
