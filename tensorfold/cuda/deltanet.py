@@ -29,11 +29,11 @@ Value head h reads query/key head `h // (nv / nk)`: consecutive value heads shar
 Mapping (the scan): one thread per (value head h, column j): it holds column j of S (dk floats, in a local array)
 from the first row to the last and walks i in order for both sums (each as SUM_CHAINS chains), so every sum has one
 fixed order and no thread ever reads another's column. A column's delta depends on that column alone, so a rebuild
-reads only deltas the same thread logged. The scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's
-keys and queries in shared memory at once (two barriers a tile) and each thread loads its own v, decay, beta and
-parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The scan also writes the log:
-each row's delta column, and (from the head's first block) its decay and its key, the shared key head repeated for
-every value head that reads it.
+reads only deltas the same thread logged. The scan's block, columns of one head, walks the rows in tiles of
+ROWS_STAGED: it stages a tile's keys and queries in shared memory at once (two barriers a tile) and each thread loads
+its own v, decay, beta and parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The
+scan also writes the log: each row's delta column, and (from the head's first block) its decay and its key, the
+shared key head repeated for every value head that reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
