@@ -269,18 +269,22 @@ def scan_kernel(dk):
                 for c in range(SUM_CHAINS):
                     chains[c] = np.float32(0)
                 for first in range(0, dk, LOADS):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
-                    for n in range(first, first + LOADS):  # LOADS at a time (a fixed count: the loads go first)
-                        if n < dk:
-                            col[n] = col[n] * a
-                            chains[n % SUM_CHAINS] = fma_rn(col[n], keys[u, n], chains[n % SUM_CHAINS])
+                    for step in range(first, first + LOADS, SUM_CHAINS):  # LOADS at a time (the loads go first)
+                        for c in range(SUM_CHAINS):  # element step + c goes into chain c
+                            n = step + c
+                            if n < dk:
+                                col[n] = col[n] * a
+                                chains[c] = fma_rn(col[n], keys[u, n], chains[c])
                 delta = (values[u] - chains_total(chains)) * betas[u]
                 for c in range(SUM_CHAINS):
                     chains[c] = np.float32(0)
                 for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
-                    for n in range(first, first + LOADS):
-                        if n < dk:
-                            col[n] = fma_rn(keys[u, n], delta, col[n])
-                            chains[n % SUM_CHAINS] = fma_rn(col[n], queries[u, n], chains[n % SUM_CHAINS])
+                    for step in range(first, first + LOADS, SUM_CHAINS):
+                        for c in range(SUM_CHAINS):
+                            n = step + c
+                            if n < dk:
+                                col[n] = fma_rn(keys[u, n], delta, col[n])
+                                chains[c] = fma_rn(col[n], queries[u, n], chains[c])
                 o = chains_total(chains)
                 if live:
                     out[r, h, j] = o
