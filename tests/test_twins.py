@@ -218,6 +218,19 @@ def test_deltanet_scan_matches_the_recurrence():
     assert np.allclose(final, s, rtol=1e-4, atol=1e-5)
 
 
+def test_the_scan_sums_run_as_chains_whose_order_shows_in_the_bits():
+    """The scan's sums over i run as deltanet.SUM_CHAINS interleaved chains added in a fixed tree; one chain in
+    order (the control, the order before) gives other bits on the same inputs, within float32 rounding, so a kernel
+    that summed in another order would fail the contract's bit-equality."""
+    state, vec = normal(4, 128, 32, scale=0.1), normal(4, 128)
+    chained = deltanet._column_sum(state, vec)
+    one_chain = np.zeros((4, 32), np.float32)
+    for i in range(128):
+        one_chain = fma_rn_twin(state[:, i, :], vec[:, i, None], one_chain)
+    assert chained.tobytes() != one_chain.tobytes()
+    assert np.allclose(chained, one_chain, rtol=1e-5, atol=1e-6)
+
+
 def test_deltanet_apply_replays_the_log_and_controls_fail():
     state, q, k, v, decay, beta = deltanet_inputs(12)
     out, final, log = deltanet.deltanet_scan(state, q, k, v, decay, beta)

@@ -69,7 +69,9 @@ def host(arrays):
 #     o[j]  = sum_i S[i, j] * q[i]       output, from the updated state
 #
 # Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. So one
-# thread per (h, j) keeps its column in a local array for the whole window and walks i in order for both sums.
+# thread per (h, j) keeps its column in a local array for the whole window and walks i in order for both sums,
+# each sum as SUM_CHAINS interleaved chains added up in a fixed tree at the end (`chains_total`): a chain of 128
+# multiply-adds would wait on each result in turn, four chains of 32 keep the multiply-add unit busy.
 # There is no reduction across threads; the columns of a head share the rows' keys and queries, which a block
 # stages in shared memory a tile of ROWS_STAGED rows at a time, beside each thread's own values, decays and betas of
 # those rows (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded, not what is
@@ -80,7 +82,7 @@ show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
      align=[("for r in range(rows)", "for u in range(min(ROWS_STAGED"),
             ("decayed = state", "a = decays[u]"),
             ("deltas[r] = ", "delta = (values[u]"),
-            ("state = fma_rn_twin(k[r]", "o = np.float32(0)"),
+            ("state = fma_rn_twin(k[r]", "# write, then output"),
             ("return out, state", "if cuda.blockIdx.x == 0")])
 
 # %%

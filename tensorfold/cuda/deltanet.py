@@ -11,8 +11,10 @@ L2-normalised), its value v [dv], decay `a = exp(g)` and write strength `beta`:
     o[j]  = sum_i S[i, j] * q[i]         output, from the updated state
 
 Every multiply-add above is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
-exactly, fmath.py): both sums are chains of dk dependent multiply-adds, which `fma32`'s float64 round trip would
-make twice as long.
+exactly, fmath.py). Each sum over i runs as SUM_CHAINS interleaved chains (chain c takes i = c, c + SUM_CHAINS, ...
+in order), added at the end in a fixed tree, (c0 + c1) + (c2 + c3): a sum is a chain of dependent multiply-adds,
+each waiting for the one before, and four chains a quarter as long keep the multiply-add unit busy where one chain
+would wait on every result.
 
 The scan logs each row's (decay, delta, key). Replaying the log with `deltanet_apply` (decay, then write) rebuilds
 the scan's states bit for bit, which is how a stream keeps the rows of a window it accepted.
@@ -25,13 +27,13 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
 Mapping (the scan): one thread per (value head h, column j): it holds column j of S (dk floats, in a local array)
-from the first row to the last and walks i in order for both sums, so every sum has one fixed order and no thread
-ever reads another's column. A column's delta depends on that column alone, so a rebuild reads only deltas the same
-thread logged. The scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's
-keys and queries in shared memory at once (two barriers a tile) and each thread loads its own v, decay, beta and
-parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The scan also writes the log:
-each row's delta column, and (from the head's first block) its decay and its key, the shared key head repeated for
-every value head that reads it.
+from the first row to the last and walks i in order for both sums (each as SUM_CHAINS chains), so every sum has one
+fixed order and no thread ever reads another's column. A column's delta depends on that column alone, so a rebuild
+reads only deltas the same thread logged. The scan's block, columns of one head, walks the rows in tiles of
+ROWS_STAGED: it stages a tile's keys and queries in shared memory at once (two barriers a tile) and each thread loads
+its own v, decay, beta and parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The
+scan also writes the log: each row's delta column, and (from the head's first block) its decay and its key, the
+shared key head repeated for every value head that reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -74,12 +76,22 @@ def scan_inputs(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
     return (q, k, np.ascontiguousarray(conv[:, 2 * width:]), *deltanet_gates(b, a, a_log, dt_bias))
 
 
+SUM_CHAINS = 4  # the chains a sum over the key dimension runs as (the adding tree below is written for four)
+
+
+@cuda.jit(device=True)
+def chains_total(chains):
+    """A sum's chains added in the fixed tree: (c0 + c1) + (c2 + c3), float32 (the twin runs it on arrays)."""
+    return (chains[0] + chains[1]) + (chains[2] + chains[3])
+
+
 def _column_sum(state, vec):
-    """m[h, j] = sum_i state[h, i, j] * vec[h, i], with i walked in order (one thread per (h, j))."""
-    acc = np.zeros((state.shape[0], state.shape[2]), np.float32)
+    """m[h, j] = sum_i state[h, i, j] * vec[h, i] (one thread per (h, j)): chain c walks i = c, c + SUM_CHAINS, ...
+    in order, then `chains_total`."""
+    chains = np.zeros((SUM_CHAINS, state.shape[0], state.shape[2]), np.float32)
     for i in range(state.shape[1]):
-        acc = fma_rn_twin(state[:, i, :], vec[:, i, None], acc)
-    return acc
+        chains[i % SUM_CHAINS] = fma_rn_twin(state[:, i, :], vec[:, i, None], chains[i % SUM_CHAINS])
+    return chains_total.py_func(chains)
 
 
 def _decay_and_write(state, decay, key, delta):
@@ -144,6 +156,7 @@ def deltanet_apply(state, log, path):
 
 COLUMNS = 64  # threads per block of the scan (no reduction across threads, so the bits do not depend on it)
 LOADS = 16  # the scan walks its column LOADS values at a time: a fixed count, so their loads go first and overlap
+assert LOADS % SUM_CHAINS == 0, "a batch of loads holds whole rounds of the chains"
 ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
 
 
@@ -227,6 +240,7 @@ def scan_kernel(dk):
         live = cuda.blockIdx.x * COLUMNS + t < dv
         g = h // (nv // q.shape[1])  # the query/key head that value head h reads
         col = cuda.local.array(dk, np.float32)
+        chains = cuda.local.array(SUM_CHAINS, np.float32)  # a sum's chains (constant indices once the loops unroll)
         keys = cuda.shared.array((ROWS_STAGED, dk), np.float32)  # the tile's keys and queries, a row each
         queries = cuda.shared.array((ROWS_STAGED, dk), np.float32)
         values = cuda.local.array(ROWS_STAGED, np.float32)  # this thread's v[r, h, j] of the tile's rows
@@ -252,19 +266,26 @@ def scan_kernel(dk):
                         for n in range(dk):
                             col[n] = fma_rn(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
                 a = decays[u]
-                read = np.float32(0)
+                for c in range(SUM_CHAINS):
+                    chains[c] = np.float32(0)
                 for first in range(0, dk, LOADS):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
-                    for n in range(first, first + LOADS):  # LOADS at a time (a fixed count: the loads go first)
-                        if n < dk:
-                            col[n] = col[n] * a
-                            read = fma_rn(col[n], keys[u, n], read)
-                delta = (values[u] - read) * betas[u]
-                o = np.float32(0)
+                    for step in range(first, first + LOADS, SUM_CHAINS):  # LOADS at a time (the loads go first)
+                        for c in range(SUM_CHAINS):  # element step + c goes into chain c
+                            n = step + c
+                            if n < dk:
+                                col[n] = col[n] * a
+                                chains[c] = fma_rn(col[n], keys[u, n], chains[c])
+                delta = (values[u] - chains_total(chains)) * betas[u]
+                for c in range(SUM_CHAINS):
+                    chains[c] = np.float32(0)
                 for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
-                    for n in range(first, first + LOADS):
-                        if n < dk:
-                            col[n] = fma_rn(keys[u, n], delta, col[n])
-                            o = fma_rn(col[n], queries[u, n], o)
+                    for step in range(first, first + LOADS, SUM_CHAINS):
+                        for c in range(SUM_CHAINS):
+                            n = step + c
+                            if n < dk:
+                                col[n] = fma_rn(keys[u, n], delta, col[n])
+                                chains[c] = fma_rn(col[n], queries[u, n], chains[c])
+                o = chains_total(chains)
                 if live:
                     out[r, h, j] = o
                     log_delta[r, h, j] = delta  # at once: a later row's rebuild in this thread reads it
