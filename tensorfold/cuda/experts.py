@@ -19,9 +19,10 @@ worst case, its blocks finding their expert and rows from the sort (a block past
 
 Mappings: `group_kernel` one thread a pair (its place in the sorted order, by counting the pairs before it) and one
 an expert (its first place); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an
-expert's sorted pairs, chunk of K), each warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows
-of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up
-for gate/up, one thread a (pair, output).
+expert's sorted pairs, chunk of K), the block first finding its tile's expert together (`expert_tile`), then each
+warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows of x; down: the pairs' rows of h) and
+its expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair,
+output).
 """
 import functools
 
@@ -74,6 +75,8 @@ def routed_experts(x, ids, gate_up, down, linear=affine_linear, shared=False):
 
 # --- the kernels --------------------------------------------------------------------------------------------------
 
+BLOCK_THREADS = WARPS * 32  # threads of a grouped GEMM block
+
 @cuda.jit(device=True)
 def pair_expert(ids, p, per_row, shared):
     """The expert of flat pair p: ids[row, rank], or `shared` for the rank past ids' columns (`with_shared`)."""
@@ -104,16 +107,46 @@ def group_kernel(ids, per_row, shared, order, offsets):
 
 
 @cuda.jit(device=True)
+def expert_tiles(offsets, e, tile_rows):
+    """The row tiles of `tile_rows` that expert e's pairs fill."""
+    return (offsets[e + 1] - offsets[e] + tile_rows - 1) // tile_rows
+
+
+@cuda.jit(device=True)
 def expert_tile(offsets, tile, tile_rows):
     """(expert, its first place in the order) of row tile `tile`: each expert's pairs in tiles of `tile_rows`, the
-    experts' tiles in expert order; (-1, 0) past the last tile."""
-    start = 0
-    for e in range(offsets.shape[0] - 1):
-        count = (offsets[e + 1] - offsets[e] + tile_rows - 1) // tile_rows
-        if tile < start + count:
-            return e, offsets[e] + (tile - start) * tile_rows
-        start += count
-    return -1, 0
+    experts' tiles in expert order; (-1, 0) past the last tile. Found by the whole block (every thread gets the
+    answer), so no thread walks every expert: thread t counts the tiles of its run of experts, the block adds the
+    runs up (an integer prefix sum, in shared memory), and the thread whose run holds the tile walks that run."""
+    t, threads = cuda.threadIdx.x, cuda.blockDim.x
+    ends = cuda.shared.array(BLOCK_THREADS, np.int32)  # tiles before the end of each thread's run
+    found = cuda.shared.array(2, np.int32)
+    experts = offsets.shape[0] - 1
+    run = (experts + threads - 1) // threads
+    lowest, past = min(t * run, experts), min(t * run + run, experts)
+    count = 0
+    for e in range(lowest, past):
+        count += expert_tiles(offsets, e, tile_rows)
+    ends[t] = count
+    if t == 0:
+        found[0], found[1] = -1, 0
+    step = 1
+    while step < threads:  # Hillis-Steele: after this step, ends[t] sums the counts of threads t - 2 step + 1 .. t
+        cuda.syncthreads()
+        earlier = ends[t - step] if t >= step else 0
+        cuda.syncthreads()
+        ends[t] += earlier
+        step *= 2
+    cuda.syncthreads()
+    start = ends[t] - count
+    if start <= tile < ends[t]:
+        for e in range(lowest, past):
+            if tile < start + expert_tiles(offsets, e, tile_rows):
+                found[0], found[1] = e, offsets[e] + (tile - start) * tile_rows
+                break
+            start += expert_tiles(offsets, e, tile_rows)
+    cuda.syncthreads()
+    return found[0], found[1]
 
 
 @functools.cache
@@ -185,7 +218,7 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     chunks = -(-columns // CHUNK_COLUMNS)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
-        (output_blocks(out_features, tiles), row_tiles, chunks), WARPS * 32, stream](
+        (output_blocks(out_features, tiles), row_tiles, chunks), BLOCK_THREADS, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
         weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], partials, pairs,
         out_features, order, offsets, per_row)
