@@ -14,6 +14,7 @@ import tensorfold
 from tensorfold.cuda import experts as grouped
 from tensorfold.drafters import Drafter, NgramDrafter
 from tensorfold.engine import Engine, SamplingParams
+from tensorfold.model import moe
 from tensorfold.model.rows import Window
 from tensorfold.model.tiny import TINY_MOE_CONFIG, make_tiny
 from test_lanes import OracleDrafter  # every fourth guess wrong here
@@ -61,9 +62,35 @@ def row_count_dependent(model, monkeypatch):
         return (x.astype(np.float64) @ weight.dense().T.astype(np.float64)).astype(np.float32)
 
     def routed(x, ids, experts):
-        return grouped.routed_experts(x, ids, experts.gate_up_views, experts.down_views, grouped_linear)
+        return grouped.routed_experts(x, ids, experts.gate_up_views, experts.down_views, grouped_linear,
+                                      experts.shared)
 
     monkeypatch.setattr(model.backend, "routed_experts", routed)
+
+
+def test_the_shared_expert_folded_in_gives_its_own_bits(folder, monkeypatch):
+    """MLX 4-bit: the shared expert has the routed experts' form and width, so it runs as their stacks' last expert
+    (model/moe.py). The same checkpoint with the shared expert run on its own gives the same logits, bit for bit;
+    the bf16 checkpoint's experts are not affine, and the fold is not taken."""
+    folded = tensorfold.load(folder, backend="numpy")
+    assert folded.net.experts["layers.0.mlp."].shared == ("mlx4" in folder)
+    monkeypatch.setattr(moe, "folds", lambda *args: False)
+    apart = tensorfold.load(folder, backend="numpy")
+    assert not apart.net.experts["layers.0.mlp."].shared
+    ids = np.random.default_rng(5).integers(0, folded.config.vocab_size, 24)
+    assert folded.logits(ids).tobytes() == apart.logits(ids).tobytes()
+
+
+def test_control_a_fold_that_reads_the_shared_rank_from_another_expert_is_caught(tmp_path, monkeypatch):
+    """Control: the folded rank k taken from expert 0 instead of the last (the shared one)."""
+    make_tiny(str(tmp_path), seed=21, fmt="mlx4", config=TINY_MOE_CONFIG)
+    model = tensorfold.load(str(tmp_path), backend="numpy")
+    assert model.net.experts["layers.0.mlp."].shared
+    ids = np.random.default_rng(5).integers(0, model.config.vocab_size, 24)
+    expected = model.logits(ids)
+    monkeypatch.setattr(grouped, "with_shared", lambda ids, experts, shared: np.concatenate(
+        [ids, np.zeros((len(ids), 1), ids.dtype)], axis=1) if shared else ids)
+    assert model.logits(ids).tobytes() != expected.tobytes()
 
 
 def test_rows_of_a_round_pick_different_experts(twin_model):

@@ -79,6 +79,26 @@ def test_moe_decode_round_recorded_as_a_graph_equals_the_twins(models):
     assert outputs[0] == outputs[1]
 
 
+def test_the_shared_expert_folded_into_the_grouped_kernels_equals_the_twins(folders):
+    """Every Linear MLX 4-bit: the shared expert has the experts' form and width, so it is the grouped kernels'
+    last expert (model/moe.py). A prompt's logits, and a decode round recorded and replayed, equal the twins'."""
+    config = ModelConfig.from_file(folders[1])
+    twins, kernels = (Model(folders[1], config, load_weights(folders[1], config), Tokenizer.from_folder(folders[1]),
+                            make_backend(name)) for name in ("numpy", "cuda"))
+    assert kernels.net.experts["layers.0.mlp."].shared and twins.net.experts["layers.0.mlp."].shared
+    ids = [5, 9, 11]
+    assert twins.logits(ids).tobytes() == kernels.logits(ids).tobytes()
+    outputs = []
+    for model, graphs in ((twins, False), (kernels, True)):
+        engine = Engine(model, parallel=1, graphs=graphs)
+        request = engine.submit(ids, SamplingParams(max_tokens=3, stop_ids=()))
+        while engine.run_round():
+            pass
+        assert not graphs or engine.graphs.replayed >= 1
+        outputs.append(request.output)
+    assert outputs[0] == outputs[1]
+
+
 def test_float_experts_on_the_cuda_backend_are_refused_by_name(folders):
     model = tensorfold.load(folders[0], backend="cuda")
     with pytest.raises(BackendError, match="routed experts stored as bf16"):

@@ -216,7 +216,7 @@ class CudaBackend:
             if weight.kind != "affine":
                 raise BackendError(f"backend 'cuda': routed experts stored as {weight.kind} are not supported; load an "
                                    f"MLX 4- or 8-bit checkpoint, or use backend 'numpy'")
-        return routed_experts_launch(x, ids, experts.gate_up, experts.down, stream=self.stream)
+        return routed_experts_launch(x, ids, experts.gate_up, experts.down, experts.shared, stream=self.stream)
 
     def moe_combine(self, routed, weights, shared, gate_logit):
         return moe.combine_launch(routed, weights, shared, gate_logit, stream=self.stream)

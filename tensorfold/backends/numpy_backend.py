@@ -116,7 +116,7 @@ class NumpyBackend:
 
     def routed_experts(self, x, ids, experts):
         """The grouped twin: each expert's rows through this backend's `linear` together (experts.routed_experts)."""
-        return routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear)
+        return routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear, experts.shared)
 
     def side_by_side(self, count: int):
         """Lanes for work that runs once per window: on NumPy, one after another, as written."""

@@ -94,7 +94,7 @@ class Ops(Protocol):
         """(ids int32, weights [rows, k]): each row's k likeliest experts of logits [rows, E], weights summing to 1."""
 
     def routed_experts(self, x, ids, experts):
-        """[rows, k, hidden]: the SwiGLU of x [rows, hidden] by each (row, rank)'s expert of `experts` (moe.Experts)."""
+        """[rows, k (+ 1: the shared expert, if `experts.shared`), hidden]: x's SwiGLU by each (row, rank)'s expert."""
 
     def moe_combine(self, routed, weights, shared, gate_logit):
         """[rows, hidden]: routed [rows, k, hidden] weighted by rank, + shared times sigmoid(gate_logit [rows, 1])."""

@@ -2,7 +2,11 @@
 
     routed_experts(x, ids, gate_up, down)   y[r, n] = down_e(SiLU(gate_e(x[r])) * up_e(x[r])),  e = ids[r, n]
 
-The round's (row, rank) pairs, flat index p = row * k + rank, are grouped by expert: a counting sort puts them in
+With the shared expert folded in (`shared`: it is the stacks' last expert, E), every row has one pair more, rank k,
+on expert E: the shared expert runs in the same two grouped GEMMs as the routed ones, not in launches of its own.
+
+The round's (row, rank) pairs, flat index p = row * per_row + rank (per_row = k, or k + 1 with the shared expert),
+are grouped by expert: a counting sort puts them in
 expert order, and in increasing p within an expert (`expert_pairs`). Each expert's rows are then multiplied by that
 expert's weights in the exact integer GEMM of gemm.py (its arithmetic, its tile machinery): the sums are exact
 integers combined in float64 group by group and chunk by chunk of K in an order fixed by K alone, so a row's
@@ -15,9 +19,10 @@ worst case, its blocks finding their expert and rows from the sort (a block past
 
 Mappings: `group_kernel` one thread a pair (its place in the sorted order, by counting the pairs before it) and one
 an expert (its first place); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an
-expert's sorted pairs, chunk of K), each warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows
-of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up
-for gate/up, one thread a (pair, output).
+expert's sorted pairs, chunk of K), the block first finding its tile's expert together (`expert_tile`), then each
+warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows of x; down: the pairs' rows of h) and
+its expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair,
+output).
 """
 import functools
 
@@ -34,6 +39,12 @@ from tensorfold.device.launch import kernel
 # --- the twins ----------------------------------------------------------------------------------------------------
 
 
+def with_shared(ids, experts: int, shared: bool):
+    """ids [rows, k], and with `shared` a last column naming the last of `experts` (the shared expert)."""
+    ids = np.asarray(ids)
+    return np.concatenate([ids, np.full((len(ids), 1), experts - 1, ids.dtype)], axis=1) if shared else ids
+
+
 def expert_pairs(ids, experts: int) -> list:
     """For each expert, the (row, rank) pairs that chose it, as flat indices row * k + rank, in increasing order."""
     flat_ids = np.asarray(ids).reshape(-1)
@@ -47,10 +58,12 @@ def affine_linear(x, weight):
     return gemm_affine(x, weight.data, weight.scales, weight.biases, weight.bits, weight.group_size)
 
 
-def routed_experts(x, ids, gate_up, down, linear=affine_linear):
-    """y float32 [rows, k, hidden]: for every (row, rank) pair, its expert's SwiGLU of x [rows, hidden]. `gate_up`
-    and `down` are each expert's Linears (gate rows then up rows [2 I, hidden]; [hidden, I]); each expert's pairs
-    run through `linear` together, as one GEMM over its rows (rows sorted by expert)."""
+def routed_experts(x, ids, gate_up, down, linear=affine_linear, shared=False):
+    """y float32 [rows, k, hidden] ([rows, k + 1, hidden] with `shared`: rank k is the last expert, the shared one,
+    for every row): for every (row, rank) pair, its expert's SwiGLU of x [rows, hidden]. `gate_up` and `down` are
+    each expert's Linears (gate rows then up rows [2 I, hidden]; [hidden, I]); each expert's pairs run through
+    `linear` together, as one GEMM over its rows (rows sorted by expert)."""
+    ids = with_shared(ids, len(gate_up), shared)
     rows, k = np.shape(ids)
     hidden = np.shape(x)[1]
     y = np.zeros((rows * k, hidden), np.float32)
@@ -62,40 +75,78 @@ def routed_experts(x, ids, gate_up, down, linear=affine_linear):
 
 # --- the kernels --------------------------------------------------------------------------------------------------
 
+BLOCK_THREADS = WARPS * 32  # threads of a grouped GEMM block
+
+@cuda.jit(device=True)
+def pair_expert(ids, p, per_row, shared):
+    """The expert of flat pair p: ids[row, rank], or `shared` for the rank past ids' columns (`with_shared`)."""
+    rank = p % per_row
+    return ids[p // per_row, rank] if rank < ids.shape[1] else shared
+
+
 @kernel
-def group_kernel(ids, order, offsets):
+def group_kernel(ids, per_row, shared, order, offsets):
     """`expert_pairs` on the device, as one sorted list: order [pairs] the flat pairs by expert, then by p; offsets
     [experts + 1] where each expert's pairs start (and the end). No atomics: each place is a count, so the order
     is fixed."""
     i = cuda.grid(1)
-    k = ids.shape[1]
-    pairs = ids.shape[0] * k
+    pairs = ids.shape[0] * per_row
     if i < pairs:  # pair i goes after every pair of a lower expert and the earlier pairs of its own
-        mine, place = ids[i // k, i % k], 0
+        mine, place = pair_expert(ids, i, per_row, shared), 0
         for p in range(pairs):
-            e = ids[p // k, p % k]
+            e = pair_expert(ids, p, per_row, shared)
             if e < mine or (e == mine and p < i):
                 place += 1
         order[place] = i
     if i < offsets.shape[0]:  # expert i's pairs start after those of every lower expert
         before = 0
         for p in range(pairs):
-            if ids[p // k, p % k] < i:
+            if pair_expert(ids, p, per_row, shared) < i:
                 before += 1
         offsets[i] = before
 
 
 @cuda.jit(device=True)
+def expert_tiles(offsets, e, tile_rows):
+    """The row tiles of `tile_rows` that expert e's pairs fill."""
+    return (offsets[e + 1] - offsets[e] + tile_rows - 1) // tile_rows
+
+
+@cuda.jit(device=True)
 def expert_tile(offsets, tile, tile_rows):
     """(expert, its first place in the order) of row tile `tile`: each expert's pairs in tiles of `tile_rows`, the
-    experts' tiles in expert order; (-1, 0) past the last tile."""
-    start = 0
-    for e in range(offsets.shape[0] - 1):
-        count = (offsets[e + 1] - offsets[e] + tile_rows - 1) // tile_rows
-        if tile < start + count:
-            return e, offsets[e] + (tile - start) * tile_rows
-        start += count
-    return -1, 0
+    experts' tiles in expert order; (-1, 0) past the last tile. Found by the whole block (every thread gets the
+    answer), so no thread walks every expert: thread t counts the tiles of its run of experts, the block adds the
+    runs up (an integer prefix sum, in shared memory), and the thread whose run holds the tile walks that run."""
+    t, threads = cuda.threadIdx.x, cuda.blockDim.x
+    ends = cuda.shared.array(BLOCK_THREADS, np.int32)  # tiles before the end of each thread's run
+    found = cuda.shared.array(2, np.int32)
+    experts = offsets.shape[0] - 1
+    run = (experts + threads - 1) // threads
+    lowest, past = min(t * run, experts), min(t * run + run, experts)
+    count = 0
+    for e in range(lowest, past):
+        count += expert_tiles(offsets, e, tile_rows)
+    ends[t] = count
+    if t == 0:
+        found[0], found[1] = -1, 0
+    step = 1
+    while step < threads:  # Hillis-Steele: after this step, ends[t] sums the counts of threads t - 2 step + 1 .. t
+        cuda.syncthreads()
+        earlier = ends[t - step] if t >= step else 0
+        cuda.syncthreads()
+        ends[t] += earlier
+        step *= 2
+    cuda.syncthreads()
+    start = ends[t] - count
+    if start <= tile < ends[t]:
+        for e in range(lowest, past):
+            if tile < start + expert_tiles(offsets, e, tile_rows):
+                found[0], found[1] = e, offsets[e] + (tile - start) * tile_rows
+                break
+            start += expert_tiles(offsets, e, tile_rows)
+    cuda.syncthreads()
+    return found[0], found[1]
 
 
 @functools.cache
@@ -129,12 +180,14 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
 
 # --- launchers ----------------------------------------------------------------------------------------------------
 
-def group_launch(ids, experts, stream=0):
-    """`group_kernel` on device ids [rows, k]: (order [pairs], offsets [experts + 1]) on the device."""
-    pairs = ids.shape[0] * ids.shape[1]
+def group_launch(ids, experts, shared=False, stream=0):
+    """`group_kernel` on device ids [rows, k] (with `shared`, a last rank on the last expert for every row):
+    (order [pairs], offsets [experts + 1]) on the device."""
+    per_row = ids.shape[1] + shared
+    pairs = ids.shape[0] * per_row
     order = cuda.device_array(pairs, np.int32, stream=stream)
     offsets = cuda.device_array(experts + 1, np.int32, stream=stream)
-    group_kernel[blocks_for(max(pairs, experts + 1)), BLOCK, stream](ids, order, offsets)
+    group_kernel[blocks_for(max(pairs, experts + 1)), BLOCK, stream](ids, per_row, experts - 1, order, offsets)
     return order, offsets
 
 
@@ -165,19 +218,19 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     chunks = -(-columns // CHUNK_COLUMNS)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
-        (output_blocks(out_features, tiles), row_tiles, chunks), WARPS * 32, stream](
+        (output_blocks(out_features, tiles), row_tiles, chunks), BLOCK_THREADS, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
         weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], partials, pairs,
         out_features, order, offsets, per_row)
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
 
-def routed_experts_launch(x, ids, gate_up, down, stream=0):
+def routed_experts_launch(x, ids, gate_up, down, shared=False, stream=0):
     """`routed_experts` on the device for affine expert stacks (one Linear each: gate_up [E * 2 I, hidden], down
-    [E * hidden, I]): y [rows, k, hidden]."""
-    rows, k = ids.shape
+    [E * hidden, I]): y [rows, k, hidden], or [rows, k + 1, hidden] with `shared`."""
+    rows, k = ids.shape[0], ids.shape[1] + shared
     hidden, pairs = x.shape[1], rows * k
     experts = down.out_features // hidden
-    grouping = group_launch(ids, experts, stream)
+    grouping = group_launch(ids, experts, shared, stream)
     h = grouped_gemm(x, k, grouping, pairs, gate_up, experts, stream, gated=True)
     return grouped_gemm(h, 1, grouping, pairs, down, experts, stream).reshape(rows, k, hidden)

@@ -26,7 +26,7 @@ TINY_CONFIG = ModelConfig(
 # The MoE member at the same widths: eight experts, two a row, every width a whole quantization group (64).
 TINY_MOE_CONFIG = dataclasses.replace(
     TINY_CONFIG, model_type="qwen3_5_moe_text", intermediate_size=0, num_experts=8, num_experts_per_tok=2,
-    moe_intermediate_size=64, shared_expert_intermediate_size=128)
+    moe_intermediate_size=64, shared_expert_intermediate_size=64)
 
 
 def random_tensors(config: ModelConfig, seed: int) -> dict:
