@@ -6,11 +6,11 @@ With the shared expert folded in (`shared`: it is the stacks' last expert, E), e
 on expert E: the shared expert runs in the same two grouped GEMMs as the routed ones, not in launches of its own.
 
 The round's (row, rank) pairs, flat index p = row * per_row + rank (per_row = k, or k + 1 with the shared expert),
-are grouped by expert: a counting sort puts them in
-expert order, and in increasing p within an expert (`expert_pairs`). Each expert's rows are then multiplied by that
-expert's weights in the exact integer GEMM of gemm.py (its arithmetic, its tile machinery): the sums are exact
-integers combined in float64 group by group and chunk by chunk of K in an order fixed by K alone, so a row's
-output depends only on that row and its expert, never on which rows share the expert or how many.
+are grouped by expert: a counting sort puts them in expert order, and in increasing p within an expert
+(`expert_pairs`). Each expert's rows are then multiplied by that expert's weights in the exact integer GEMM of
+gemm.py (its arithmetic, its tile machinery): the sums are exact integers combined in float64 group by group and
+chunk by chunk of K in an order fixed by K alone, so a row's output depends only on that row and its expert, never on
+which rows share the expert or how many.
 
 The twin sorts the pairs with NumPy and runs each expert's rows through `gemm.gemm_affine` (or any row-independent
 `linear`). The kernels keep the expert ids on the device (no copy to the host, so a decode round with experts can

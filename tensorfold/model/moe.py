@@ -19,8 +19,8 @@ import dataclasses
 
 from tensorfold.model.projections import form, rows_of, stack_projections, stacked_rows
 
-# The projections of a sparse block that read x, stacked where they share a form (router and shared gate are 8-bit
-# in MLX files, the shared expert's gate and up 4-bit): prefix -> names, as PROJECTIONS.
+# The projections of a sparse block that read x, stacked where they share a form, as PROJECTIONS: the router with
+# the shared expert's gate (8-bit in MLX files), and the shared expert's gate and up (4-bit) where it is not folded in.
 ROUTER_PROJECTIONS = ("gate", "shared_expert_gate")
 SHARED_PROJECTIONS = ("gate_proj", "up_proj")
 
@@ -62,8 +62,8 @@ def upload_sparse_block(net, prefix: str, weights: dict) -> None:
     net.weights.update(views)
     gate_up, down = weights.pop(prefix + "experts.gate_up_proj"), weights.pop(prefix + "experts.down_proj")
     p = prefix + "shared_expert."
-    shared_gate_up, shared_down = [weights[p + name + ".weight"] for name in SHARED_PROJECTIONS], weights[
-        p + "down_proj.weight"]
+    shared_gate_up = [weights[p + name + ".weight"] for name in SHARED_PROJECTIONS]
+    shared_down = weights[p + "down_proj.weight"]
     if not folds(gate_up, down, count, shared_gate_up, shared_down):
         net.projections[p], views = stack_projections(p, SHARED_PROJECTIONS, weights, upload)
         net.weights.update(views)
