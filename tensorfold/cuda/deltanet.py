@@ -26,14 +26,17 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the scan): one thread per (value head h, column j): it holds column j of S (dk floats, in a local array)
-from the first row to the last and walks i in order for both sums (each as SUM_CHAINS chains), so every sum has one
-fixed order and no thread ever reads another's column. A column's delta depends on that column alone, so a rebuild
-reads only deltas the same thread logged. The scan's block, columns of one head, walks the rows in tiles of
-ROWS_STAGED: it stages a tile's keys and queries in shared memory at once (two barriers a tile) and each thread loads
-its own v, decay, beta and parent of the tile's rows; the tile's rows then run in order, each as the twin's row. The
-scan also writes the log: each row's delta column, and (from the head's first block) its decay and its key, the
-shared key head repeated for every value head that reads it.
+Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements
+i = c, c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the
+last and walks them in order for both sums. The column's threads then set their chains side by side in shared
+memory, and each adds the four in the twin's tree (`chains_total`), so every sum has one fixed order and all four
+hold the same total. No thread ever touches another column's state, so a rebuild reads only deltas its own column
+logged, and each of the column's threads logs the delta (the same bits) so that it reads back its own write. The
+scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries in
+shared memory at once (two barriers a tile) and each thread loads its own v, decay, beta and parent of the tile's
+rows; the tile's rows then run in order, each as the twin's row (two barriers a row, one a sum). The scan also writes
+the log: each row's delta column, and (from the head's first block) its decay and its key, the shared key head
+repeated for every value head that reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -145,18 +148,18 @@ def deltanet_apply(state, log, path):
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
-# scan_inputs and the apply: see the module's docstring. The scan: one thread per (value head h,
-# column j) of a grid over [nv, dv]; the thread keeps column j of its head's state in `col` (a local array of dk
-# floats) from the first row to the last, and nothing else ever touches that column. The scan's blocks hold columns
-# of one head, which share the rows' keys and queries: the block walks the window in tiles of ROWS_STAGED rows and
-# stages a whole tile's keys and queries in shared memory at once (two barriers a tile, the only waits between
-# threads); each thread loads its own v, decay, beta and parent for the tile's rows into local arrays beside them.
-# Within a tile the rows run one after another, each with the same operations in the same order as the twin's row:
-# a tile changes when the inputs are loaded, never what is computed from them.
+# scan_inputs and the apply: see the module's docstring. The scan: SUM_CHAINS threads per (value head h, column j) of
+# a grid over [nv, dv]; thread c of a column keeps the column's elements of its chain (i = c, c + SUM_CHAINS, ...) in
+# `col`, a local array, from the first row to the last, and nothing else ever touches them. A chain a thread keeps a
+# quarter of the column, so the rows' sums, which run one after another, are a quarter as long, and the registers
+# that hold the column leave room for more threads. The scan's blocks hold columns of one head, which share the rows'
+# keys and queries: the block walks the window in tiles of ROWS_STAGED rows and stages a whole tile's keys and
+# queries in shared memory at once; each thread loads its own v, decay, beta and parent for the tile's rows into
+# local arrays beside them. Within a tile the rows run one after another, each with the same operations in the same
+# order as the twin's row: a tile changes when the inputs are loaded, never what is computed from them.
 
-COLUMNS = 64  # threads per block of the scan (no reduction across threads, so the bits do not depend on it)
-LOADS = 16  # the scan walks its column LOADS values at a time: a fixed count, so their loads go first and overlap
-assert LOADS % SUM_CHAINS == 0, "a batch of loads holds whole rounds of the chains"
+COLUMNS = 32  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
+SCAN_THREADS = COLUMNS * SUM_CHAINS  # a thread per column and chain: consecutive threads are one column's chains
 ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
 
 
@@ -203,100 +206,130 @@ def scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stre
 
 
 def scan_kernel(dk):
-    """The scan kernel for key heads of dk (a constant of the closure, so the loops over the key dimension have a
+    """The scan kernel for key heads of dk (a constant of the closure, so the loops over a chain's elements have a
     fixed count and `col`, `keys` and `queries` fixed sizes). A block is COLUMNS columns of one value head
-    (blockIdx.y). The rows go a tile of ROWS_STAGED at a time: the block stages the tile's keys and queries, which
-    every column of the head reads, in shared memory together (`stage_tile`), so the two sums over i read them there
-    instead of each thread loading them from global memory, and the barriers come once a tile instead of once a row.
+    (blockIdx.y), SUM_CHAINS threads a column. The rows go a tile of ROWS_STAGED at a time: the block stages the
+    tile's keys and queries, which every column of the head reads, in shared memory together (`stage_tile`), so the
+    two sums read them there instead of each thread loading them from global memory, and the tile's barriers come
+    once a tile instead of once a row.
 
-    A thread loads its whole column at once (`load_whole_column`): dk is a constant, the loop is unrolled and all dk
-    loads are in flight together. The tile's loads are of a fixed count for the same reason; past the window's last
-    row they load the last row again, which no row reads."""
-    staged_per_thread = -(-ROWS_STAGED * dk // COLUMNS)  # a tile's key (and query) values each thread stages
-
-    @cuda.jit(device=True)
-    def load_whole_column(state, h, j, col):
-        for n in range(dk):
-            col[n] = state[h, n, j]
+    Every array a thread walks along its chain it reads through a view of the chain (`state[h, c::SUM_CHAINS, j]`,
+    `keys[u, c]`), so that in the unrolled loops each element is at a fixed offset from one address. The tile's
+    loads are of a fixed count; past the window's last row they load the last row again, which no row reads."""
+    per_chain = -(-dk // SUM_CHAINS)  # the elements of a column that one chain (one thread) holds
+    whole = dk % SUM_CHAINS == 0  # every chain holds per_chain elements: the compiler drops the `m < ...` tests
+    staged_per_thread = -(-ROWS_STAGED * dk // SCAN_THREADS)  # a tile's key (and query) values each thread stages
+    # A tile row's keys (and queries) by chain, each chain SUM_CHAINS floats further along the 32 banks than the one
+    # before: a warp's four chains read different banks, and four of a chain's elements are one 16-byte load.
+    chain_pitch = per_chain + SUM_CHAINS
 
     @cuda.jit(device=True)
     def stage_tile(k, q, g, first_row, keys, queries):
-        """keys[u] = k[first_row + u, g] and queries[u] = q[first_row + u, g] for the tile's rows u, the block's
-        threads taking every COLUMNS-th value of the [ROWS_STAGED, dk] tile."""
+        """keys[u, c, m] = k[first_row + u, g, c + m SUM_CHAINS], and queries the same, for the tile's rows u: each
+        row's elements by chain. The block's threads take every SCAN_THREADS-th value of the [ROWS_STAGED, dk]
+        tile."""
         rows = k.shape[0]
         for step in range(staged_per_thread):
-            place = step * COLUMNS + cuda.threadIdx.x  # in the tile, row by row
+            place = step * SCAN_THREADS + cuda.threadIdx.x  # in the tile, row by row
             if place < ROWS_STAGED * dk:
                 u, n = place // dk, place % dk
                 r = min(first_row + u, rows - 1)
-                keys[u, n], queries[u, n] = k[r, g, n], q[r, g, n]
+                c, m = n % SUM_CHAINS, n // SUM_CHAINS
+                keys[u, c, m], queries[u, c, m] = k[r, g, n], q[r, g, n]
+
+    @cuda.jit(device=True)
+    def stage_rows(v, decay, beta, depths, path_slots, h, first_column, first_row, values, decays, betas, parents):
+        """The tile's other inputs: values[u, column] = v[r, h, first_column + column], and decays[u], betas[u] and
+        parents[u] (-1 for a root) of value head h, for the tile's rows r = first_row + u."""
+        rows, dv = v.shape[0], v.shape[2]
+        for place in range(cuda.threadIdx.x, ROWS_STAGED * COLUMNS, SCAN_THREADS):
+            u, column = place // COLUMNS, place % COLUMNS
+            values[u, column] = v[min(first_row + u, rows - 1), h, min(first_column + column, dv - 1)]
+        u = cuda.threadIdx.x
+        if u < ROWS_STAGED:
+            r = min(first_row + u, rows - 1)
+            depth = depths[r]
+            decays[u], betas[u] = decay[r, h], beta[r, h]
+            parents[u] = path_slots[r, depth - 1] if depth > 0 else -1
+
+    @cuda.jit(device=True)
+    def column_total(sums, column, c, chain):
+        """The column's sum: each of its threads sets its chain in sums[column, c], and after the barrier adds the
+        column's SUM_CHAINS chains in the twin's tree. `sums` is one of two buffers the rows' sums take in turn, so a
+        thread writes one only after every thread has passed the barrier that follows its last read of it."""
+        sums[column, c] = chain
+        cuda.syncthreads()
+        return chains_total(sums[column])
 
     @kernel
     def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
                              log_key):
         h, t = cuda.blockIdx.y, cuda.threadIdx.x
+        column, c = t // SUM_CHAINS, t % SUM_CHAINS  # the thread's column in the block and its chain
         nv, dv, rows = state.shape[0], state.shape[2], q.shape[0]
-        j = min(cuda.blockIdx.x * COLUMNS + t, dv - 1)  # a thread past the last column runs the last, unwritten
-        live = cuda.blockIdx.x * COLUMNS + t < dv
+        j = min(cuda.blockIdx.x * COLUMNS + column, dv - 1)  # a thread past the last column runs the last, unwritten
+        live = cuda.blockIdx.x * COLUMNS + column < dv
         g = h // (nv // q.shape[1])  # the query/key head that value head h reads
-        col = cuda.local.array(dk, np.float32)
-        chains = cuda.local.array(SUM_CHAINS, np.float32)  # a sum's chains (constant indices once the loops unroll)
-        keys = cuda.shared.array((ROWS_STAGED, dk), np.float32)  # the tile's keys and queries, a row each
-        queries = cuda.shared.array((ROWS_STAGED, dk), np.float32)
-        values = cuda.local.array(ROWS_STAGED, np.float32)  # this thread's v[r, h, j] of the tile's rows
-        decays = cuda.local.array(ROWS_STAGED, np.float32)
-        betas = cuda.local.array(ROWS_STAGED, np.float32)
-        parents = cuda.local.array(ROWS_STAGED, np.int32)
-        load_whole_column(state, h, j, col)
-        for first_row in range(0, rows, ROWS_STAGED):  # the same tiles for every thread: all reach the barriers
+        chain_length = -(-(dk - c) // SUM_CHAINS)  # per_chain, or one less for the last chains when dk is not whole
+        col = cuda.local.array(per_chain, np.float32)  # column j's elements c, c + SUM_CHAINS, ...
+        keys = cuda.shared.array((ROWS_STAGED, SUM_CHAINS, chain_pitch), np.float32)  # the tile's, by chain
+        queries = cuda.shared.array((ROWS_STAGED, SUM_CHAINS, chain_pitch), np.float32)
+        read_sums = cuda.shared.array((COLUMNS, SUM_CHAINS), np.float32)  # the chains of each row's two sums
+        output_sums = cuda.shared.array((COLUMNS, SUM_CHAINS), np.float32)
+        values = cuda.shared.array((ROWS_STAGED, COLUMNS), np.float32)  # the tile's v of the block's columns
+        decays = cuda.shared.array(ROWS_STAGED, np.float32)  # and its rows' gates and parents
+        betas = cuda.shared.array(ROWS_STAGED, np.float32)
+        parents = cuda.shared.array(ROWS_STAGED, np.int32)
+        start = state[h, c::SUM_CHAINS, j]  # the chain's elements of the column, in the state the window starts from
+        for m in range(per_chain):
+            if whole or m < chain_length:
+                col[m] = start[m]
+        for first_row in range(0, rows, ROWS_STAGED):  # the same tiles and rows in every thread: all reach each barrier
             cuda.syncthreads()  # every thread is done with the last tile's keys and queries
             stage_tile(k, q, g, first_row, keys, queries)
-            for u in range(ROWS_STAGED):  # and this thread's own inputs of the tile's rows
-                r = min(first_row + u, rows - 1)
-                depth = depths[r]
-                values[u], decays[u], betas[u] = v[r, h, j], decay[r, h], beta[r, h]
-                parents[u] = path_slots[r, depth - 1] if depth > 0 else -1
+            stage_rows(v, decay, beta, depths, path_slots, h, cuda.blockIdx.x * COLUMNS, first_row, values, decays,
+                       betas, parents)
             cuda.syncthreads()
             for u in range(min(ROWS_STAGED, rows - first_row)):
                 r = first_row + u
                 if parents[u] != r - 1:  # a tree row that does not follow the row before: rebuild its parent's state
-                    load_whole_column(state, h, j, col)
+                    for m in range(per_chain):
+                        if whole or m < chain_length:
+                            col[m] = start[m]
                     for d in range(depths[r]):  # its path's logged rows, root first: decay, then write
                         ancestor = path_slots[r, d]  # its delta logged by this thread, maybe earlier in this tile
-                        for n in range(dk):
-                            col[n] = fma_rn(k[ancestor, g, n], log_delta[ancestor, h, j], col[n] * decay[ancestor, h])
+                        ancestor_key = k[ancestor, g, c::SUM_CHAINS]
+                        delta, a = log_delta[ancestor, h, j], decay[ancestor, h]
+                        for m in range(per_chain):
+                            if whole or m < chain_length:
+                                col[m] = fma_rn(ancestor_key[m], delta, col[m] * a)
                 a = decays[u]
-                for c in range(SUM_CHAINS):
-                    chains[c] = np.float32(0)
-                for first in range(0, dk, LOADS):  # decay, then read: m[j] = sum_i S[i, j] * k[i]
-                    for step in range(first, first + LOADS, SUM_CHAINS):  # LOADS at a time (the loads go first)
-                        for c in range(SUM_CHAINS):  # element step + c goes into chain c
-                            n = step + c
-                            if n < dk:
-                                col[n] = col[n] * a
-                                chains[c] = fma_rn(col[n], keys[u, n], chains[c])
-                delta = (values[u] - chains_total(chains)) * betas[u]
-                for c in range(SUM_CHAINS):
-                    chains[c] = np.float32(0)
-                for first in range(0, dk, LOADS):  # write, then output: o[j] = sum_i S[i, j] * q[i], updated column
-                    for step in range(first, first + LOADS, SUM_CHAINS):
-                        for c in range(SUM_CHAINS):
-                            n = step + c
-                            if n < dk:
-                                col[n] = fma_rn(keys[u, n], delta, col[n])
-                                chains[c] = fma_rn(col[n], queries[u, n], chains[c])
-                o = chains_total(chains)
+                chain = np.float32(0)
+                for m in range(per_chain):  # decay, then read: this thread's chain of m[j] = sum_i S[i, j] * k[i]
+                    if whole or m < chain_length:
+                        col[m] = col[m] * a
+                        chain = fma_rn(col[m], keys[u, c, m], chain)
+                delta = (values[u, column] - column_total(read_sums, column, c, chain)) * betas[u]
+                chain = np.float32(0)
+                for m in range(per_chain):  # write, then output: its chain of o[j] = sum_i S[i, j] * q[i], updated
+                    if whole or m < chain_length:
+                        col[m] = fma_rn(keys[u, c, m], delta, col[m])
+                        chain = fma_rn(col[m], queries[u, c, m], chain)
+                o = column_total(output_sums, column, c, chain)
                 if live:
-                    out[r, h, j] = o
-                    log_delta[r, h, j] = delta  # at once: a later row's rebuild in this thread reads it
+                    log_delta[r, h, j] = delta  # at once, by each chain's thread: a later row's rebuild reads it back
+                    if c == 0:
+                        out[r, h, j] = o
                 if cuda.blockIdx.x == 0:
                     if t == 0:
                         log_decay[r, h] = a
-                    for n in range(t, dk, COLUMNS):  # the head's key, from the first block of the head
-                        log_key[r, h, n] = keys[u, n]
+                    for n in range(t, dk, SCAN_THREADS):  # the head's key, from the first block of the head
+                        log_key[r, h, n] = keys[u, n % SUM_CHAINS, n // SUM_CHAINS]
         if live:
-            for n in range(dk):
-                new_state[h, n, j] = col[n]
+            end = new_state[h, c::SUM_CHAINS, j]
+            for m in range(per_chain):
+                if whole or m < chain_length:
+                    end[m] = col[m]
 
     return deltanet_scan_kernel
 
@@ -310,8 +343,8 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
     if given, is the [rows, nv, dv] array the rows are written to.
 
     depths and path_slots are int32 device arrays (None: a chain's, uploaded here). The new state is a new array,
-    or `state` itself when `in_place` (each thread reads its column, and rereads it for a rebuild, before it writes
-    it at the end, and no other thread touches that column).
+    or `state` itself when `in_place` (each thread reads its elements, and rereads them for a rebuild, before it
+    writes them at the end, and no other thread touches them).
     """
     nv, dk, dv = state.shape
     rows = q.shape[0]
@@ -326,8 +359,8 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
            cuda.device_array((rows, nv, dk), np.float32, stream=stream))
     if dk not in scan_kernels:
         scan_kernels[dk] = scan_kernel(dk)
-    scan_kernels[dk][(-(-dv // COLUMNS), nv), COLUMNS, stream](state, q, k, v, decay, beta, depths, path_slots, out,
-                                                                new_state, *log)
+    scan_kernels[dk][(-(-dv // COLUMNS), nv), SCAN_THREADS, stream](state, q, k, v, decay, beta, depths, path_slots,
+                                                                     out, new_state, *log)
     return out, new_state, log
 
 
