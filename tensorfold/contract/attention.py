@@ -36,7 +36,7 @@ def _cases(mode, rng):
     trees = paths.TREES
     if mode == "sim":  # every partial block costs the simulator about half a second: a few blocks only
         shapes = [(3, 1, 1, 8, (128, [-1, 0, 0])), (1, 2, 1, 8, [5]),
-                  (1, 1, 1, 40, [6])]  # head dims in two pieces of keys staged, the second short
+                  (1, 1, 1, 40, [6])]  # head dims past one batch of LOADS, the last batch short
     else:
         mixed = [1, 4096, 127, 128, 129, 300, 1000, 2] + list(rng.integers(1, 4097, 8))
         shapes = [(16, 8, 2, 256, (8190, trees["16 rows"])),  # rows at depth 2 and deeper past the 8,192 boundary
@@ -47,7 +47,7 @@ def _cases(mode, rng):
                   (1, 8, 2, 256, [129]), (1, 8, 2, 256, [300]), (1, 8, 2, 256, [4096]),
                   (128, 8, 2, 256, [1] + list(rng.integers(1, 301, 127))),
                   (16, 16, 4, 256, mixed),  # Qwen3.5-4B's heads
-                  (2, 4, 2, 80, [37, 200])]  # head dims that are not whole pieces
+                  (2, 4, 2, 80, [37, 200])]  # head dims that are not whole batches of loads or pieces
     cases = []
     for rows, heads, kv_heads, head_dim, reads in shapes:
         maps = {"committed": None, "path_slots": None}

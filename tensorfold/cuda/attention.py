@@ -37,17 +37,14 @@ tree path moves its rows from committed + slot to committed + depth (`kv_compact
 keys sit in order again; a chain's kept rows are already there.
 
 Mapping (the kernels): partial, one block of CHUNK threads per (row, query head, chunk). The block first puts the
-row's query in shared memory (one load of each value, not one per key). Thread t owns key slot t: its dot, its score,
-then its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`; an empty slot
-holds -inf in the max tree and 0 in the sum tree). The chunk's keys reach the dots through shared memory, a piece of
-DIMS_A_PIECE head dims at a time, the pieces in order: the block loads a piece of every key, consecutive threads
-consecutive dims of one key (a warp's load is a piece of one key, where a thread loading its own key's dims would
-touch a line for every key), and thread t then walks its key's dims of the piece in order. Then thread t owns head
-dims t and t + CHUNK (DIMS_A_THREAD) and walks the chunk's keys in order for o, both dims at once, loading LOADS
-values of each dim before it adds any (a walk that waits for each load in turn spends most of its time waiting). The
-arrays come in flat and every index is unsigned, so a load costs no check for a negative index. Each thread finds a
-key's cache row with `cache_row`. Keys past a row's n are never read (the twin reads cache row 0 for them and
-multiplies it by p = 0, which gives the same bits while the cache holds finite values).
+row's query in shared memory (one load of each value, not one per key). Thread t owns key slot t: its score, then
+its slot in a max tree and in a sum tree in shared memory (the halving order of `fmath.tree_sum`; an empty slot
+holds -inf in the max tree and 0 in the sum tree). Then thread t owns head dims t and t + CHUNK (DIMS_A_THREAD) and
+walks the chunk's keys in order for o, both dims at once. Both walks load LOADS values (of each dim) before they add
+any (a walk that waits for each load in turn spends most of its time waiting). The arrays come in flat and every
+index is unsigned, so a load costs no check for a negative index. Each thread finds a key's cache row with
+`cache_row`. Keys past a row's n are never read (the twin reads cache row 0 for them and multiplies it by p = 0,
+which gives the same bits while the cache holds finite values).
 
 Partial over a tile of rows: the per-row blocks of a prompt chunk or of a drafted chain would each load their
 chunk's keys and values again, so when the rows read their keys in place, one block of CHUNK threads serves (chunk,
@@ -82,12 +79,12 @@ from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
-LOADS = 16  # keys whose values a partial's thread loads before it adds any: their memory latencies overlap
+LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: their memory latencies overlap
 DIMS_A_THREAD = 2  # head dims a partial's thread owns for o: CHUNK * 2 = 256, Qwen3.5's head_dim
 MAX_HEAD_DIM = DIMS_A_THREAD * CHUNK
 HELD = DIMS_A_THREAD * LOADS  # values a partial's thread holds at a time (numba sizes a local array by a constant)
 ROWS_A_BLOCK = 16  # query rows a block of the tile kernel serves: each key and value it loads is used by all of them
-DIMS_A_PIECE = 32  # head dims of the chunk's keys (and the tile's queries) in shared memory at a time
+DIMS_A_PIECE = 32  # head dims of the tile's queries and of the chunk's keys in shared memory at a time
 PIECES_A_PASS = CHUNK // DIMS_A_PIECE  # keys (or query rows) whose piece the block's threads stage side by side
 PIECE_ROW = DIMS_A_PIECE + 1  # a staged key's row in shared memory: one column more than its piece, so that the
 # CHUNK threads reading one dim of their keys read different banks
@@ -220,27 +217,18 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
     for d in range(t, dims, CHUNK):
         query[d] = q[np.uint64((r * heads + h) * dims + d)]
     cuda.syncthreads()
-    key_piece = cuda.shared.array((CHUNK, PIECE_ROW), np.float32)  # DIMS_A_PIECE dims of the chunk's keys
-    # Where each slot's key starts (past the chunk's last live key: that key again, in a slot no thread reads): read
-    # from shared memory at every piece, where 32 addresses held by each thread would fill its registers.
-    key_starts = cuda.shared.array(CHUNK, np.uint64)
-    key_starts[t] = np.uint64((cache_row(start + min(t, live - 1), r, length, path_slots) * kv_heads + kv) * dims)
-    staged_keys = cuda.local.array(KEYS_A_THREAD, np.float32)  # what this thread stages, all loaded before any store
-    acc = np.float32(0)  # slot t's dot, over the head dims in order, a piece at a time
-    if live > 0:  # the same for every thread of the block: all of them reach the barriers, or none
-        d = t % DIMS_A_PIECE  # the dim of each piece this thread stages: consecutive threads, consecutive dims of a key
-        for first in range(0, dims, DIMS_A_PIECE):
-            dim = np.uint64(min(first + d, dims - 1))  # past the head's last dim: that one again, which no dot reads
-            cuda.syncthreads()  # every thread is done with the last piece (and, the first time, has its key_starts)
-            for k in range(KEYS_A_THREAD):
-                staged_keys[k] = keys[key_starts[t // DIMS_A_PIECE + k * PIECES_A_PASS] + dim]
-            for k in range(KEYS_A_THREAD):
-                key_piece[t // DIMS_A_PIECE + k * PIECES_A_PASS, d] = staged_keys[k]
-            cuda.syncthreads()
-            if t < live:
-                for n in range(min(DIMS_A_PIECE, dims - first)):
-                    acc = fma_rn(query[first + n], key_piece[t, n], acc)
-    score = acc * np.float32(scale) if t < live else np.float32(-np.inf)  # an empty slot: -inf to the max
+    score = np.float32(-np.inf)  # an empty slot: -inf to the max
+    batch = cuda.local.array(HELD, np.float32)
+    if t < live:
+        key = np.uint64((cache_row(start + t, r, length, path_slots) * kv_heads + kv) * dims)  # its key's start
+        acc = np.float32(0)
+        for first in range(0, dims, LOADS):  # the dot over head dims in order, LOADS loads ahead of their use
+            for u in range(LOADS):
+                batch[u] = keys[key + np.uint64(min(first + u, dims - 1))]
+            for u in range(LOADS):
+                if first + u < dims:
+                    acc = fma_rn(query[first + u], batch[u], acc)
+        score = acc * np.float32(scale)
     scores[t] = score
     top[t] = score
     width = CHUNK // 2
@@ -270,7 +258,6 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
     # Now thread t owns head dims t and t + CHUNK (DIMS_A_THREAD), and walks the chunk's keys in order for both at
     # once: twice the loads in flight of a walk dim by dim. Keys past n_keys[r] are never read.
     sums = cuda.local.array(DIMS_A_THREAD, np.float32)  # o of the thread's dims
-    batch = cuda.local.array(HELD, np.float32)
     for j in range(DIMS_A_THREAD):
         sums[j] = 0
     for first in range(0, max(live, 0), LOADS):
