@@ -11,8 +11,8 @@ You will learn about:
 
 * the gated delta rule: decay, read, delta, write, output, and the gates that turn two projections into a decay
   and a write strength;
-* the mapping: one thread per (value head, column j) that holds column j of S for the whole window, so both sums
-  walk i in one fixed order and no thread ever waits for another;
+* the mapping: a thread per (value head, column j, chain) that holds its chain's elements of column j of S for the
+  whole window, so both sums walk i in one fixed order, their four chains meeting once a sum;
 * the log: why the scan writes each row's (decay, delta, key), and how ``deltanet_apply`` replays the rows a
   stream accepted out of a window to rebuild the scan's state bit for bit, with no read and no query;
 * the causal conv's tail, which is how the same stream carries its last inputs from one window to the next.
@@ -68,20 +68,21 @@ def host(arrays):
 #     S     = S + outer(k, d)            write
 #     o[j]  = sum_i S[i, j] * q[i]       output, from the updated state
 #
-# Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. So one
-# thread per (h, j) keeps its column in a local array for the whole window and walks i in order for both sums,
-# each sum as SUM_CHAINS interleaved chains added up in a fixed tree at the end (`chains_total`): a chain of 128
-# multiply-adds would wait on each result in turn, four chains of 32 keep the multiply-add unit busy.
-# There is no reduction across threads; the columns of a head share the rows' keys and queries, which a block
-# stages in shared memory a tile of ROWS_STAGED rows at a time, beside each thread's own values, decays and betas of
-# those rows (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded, not what is
-# computed from them. The twin runs the same loop over i, vectorised over (h, j). Value head h reads key head
-# h // (nv / nk): consecutive value heads share a key head. Row by row, the twin's steps face the kernel's: decay
-# and read, delta, write and output.
+# Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. Each sum runs
+# as SUM_CHAINS interleaved chains (chain c takes i = c, c + 4, ... in order) added up in a fixed tree at the end
+# (`chains_total`): a chain of 128 multiply-adds would wait on each result in turn, four chains of 32 do not. So
+# each (h, j, chain c) has a thread: it keeps its chain's elements of column j in a local array for the whole
+# window, walks them in order for both sums, and sets its chain beside the column's three others in shared memory,
+# where each of the four adds them in the tree and so holds the same total. The columns of a head share the rows'
+# keys and queries, which a block stages in shared memory a tile of ROWS_STAGED rows at a time, beside the rows'
+# values, decays and betas (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded,
+# not what is computed from them. The twin runs the same loop over i, vectorised over (h, j). Value head h reads key
+# head h // (nv / nk): consecutive value heads share a key head. Row by row, the twin's steps face the kernel's:
+# decay and read, delta, write and output.
 show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
      align=[("for r in range(rows)", "for u in range(min(ROWS_STAGED"),
             ("decayed = state", "a = decays[u]"),
-            ("deltas[r] = ", "delta = (values[u]"),
+            ("deltas[r] = ", "delta = (values[u, column]"),
             ("state = fma_rn_twin(k[r]", "# write, then output"),
             ("return out, state", "if cuda.blockIdx.x == 0")])
 

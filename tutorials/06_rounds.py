@@ -330,7 +330,7 @@ check(not same(bad, one_row_steps(tokens[:24] + [9])[-1:]), "control: a dropped 
 #   + depth(r), key j < length in place and key length + d at length + path_slots[r, d]. The 128-key chunks are cut
 #   at logical positions, so a tree row sums in the order of the one-row step it stands for;
 # * the conv: row r's window is history[conv_taps[r]];
-# * the DeltaNet scan: one thread per state column walks the rows in slot order; a row whose parent is not the row
+# * the DeltaNet scan: the threads of a state column walk the rows in slot order; a row whose parent is not the row
 #   before it first rebuilds its parent's state, replaying the logged (decay, delta, key) rows of its path from the
 #   window's start state, which gives the parent's state bit for bit (a chain never rebuilds).
 tree_tokens = [int(t) for t in rng.integers(0, c.vocab_size, 5)]
