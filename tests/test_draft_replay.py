@@ -16,7 +16,7 @@ from tensorfold.api import Model
 from tensorfold.backends import make_backend
 from tensorfold.drafters import block
 from tensorfold.drafters.block import BlockDrafter, DFlashModel, load_dflash
-from tensorfold.drafters.dflash_checkpoint import DFlashConfig, expected_shapes
+from tensorfold.drafters.dflash_checkpoint import DFlashConfig, expected_shapes, load_dflash_weights
 from tensorfold.drafters.replay import DraftGraphs
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.checkpoint import Linear, load_weights
@@ -238,14 +238,24 @@ def test_control_a_lane_whose_drafter_context_keeps_the_last_request_is_caught(t
     assert lane_drafts(target, drafter_model)[:2] != eager_engine
 
 
+@pytest.fixture(scope="module")
+def three_row_drafter(target, drafter_model, on_gpu):
+    """A drafter whose block is 3 rows: the simulator's random one, or on the GPU the shipped drafter's weights
+    drafting blocks of 3 (its own block, 16 rows, is as long as a window can be)."""
+    if not on_gpu:
+        return drafter_model
+    config = dataclasses.replace(drafter_model.config, block_size=3)
+    return DFlashModel(config, load_dflash_weights(f"{target.path}/drafter", config), target)
+
+
 @pytest.mark.parametrize("bounded", [True, False])
-def test_a_replayed_window_holds_the_drafters_block_not_max_draft(target, drafter_model, bounded, monkeypatch):
+def test_a_replayed_window_holds_the_drafters_block_not_max_draft(target, three_row_drafter, bounded, monkeypatch):
     """A block drafter fills at most its block (`window_rows`: 3 rows here), so with max_draft 5 its replayed windows
     are padded to 3 rows, not 6: padding rows cost a round as much as real ones. Control: a drafter with no bound of
     its own gets windows of 1 + max_draft rows."""
     if not bounded:
         monkeypatch.setattr(BlockDrafter, "window_rows", None)
-    engine, _, proposals = logging_engine(target, drafter_model, graphs=True, max_draft=5)
+    engine, _, proposals = logging_engine(target, three_row_drafter, graphs=True, max_draft=5)
     request = engine.submit(PROMPT, SamplingParams(max_tokens=3, stop_ids=()))
     while request.finish_reason is None and not proposals:
         engine.run_round()

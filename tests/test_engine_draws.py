@@ -10,6 +10,7 @@ import pytest
 from test_lanes import PROMPTS, OracleDrafter, OracleTreeDrafter
 
 import tensorfold
+from tensorfold import engine as engine_module
 from tensorfold.engine import Engine, SamplingParams
 from tensorfold.models import DEFAULT_MODEL
 
@@ -36,13 +37,16 @@ def run(model, prompts, drafter, parallel=1, **extra):
     return requests
 
 
-def plant(monkeypatch, model, positions):
-    """Route the backend's batched draws through `positions(original) -> planted`."""
-    original = model.backend.sample_rows
+def plant(monkeypatch, positions):
+    """Route the output positions of every round's batched draws through `positions(original) -> planted`, where the
+    engine computes them (`draw_parameters`): an eager round hands them to `sample_rows`, a replayed round (on a GPU)
+    writes them for the draws inside its recording."""
+    original = engine_module.draw_parameters
 
-    def planted(logits, seeds, where, *params):
-        return original(logits, seeds, positions(np.array(where)), *params)
-    monkeypatch.setattr(model.backend, "sample_rows", planted)
+    def planted(batch):
+        seeds, where, *params = original(batch)
+        return (seeds, positions(where).astype(where.dtype), *params)
+    monkeypatch.setattr(engine_module, "draw_parameters", planted)
 
 
 @pytest.mark.parametrize("shape", ["chain", "tree"])
@@ -56,14 +60,14 @@ def test_batched_draws_equal_solo(model, prompts_and_solo, shape):
 
 def test_control_drafted_rows_drawn_one_position_late_are_caught(model, prompts_and_solo, monkeypatch):
     prompts, solo = prompts_and_solo
-    plant(monkeypatch, model, lambda where: where + (np.arange(len(where)) > 0))  # every row after a window's first
+    plant(monkeypatch, lambda where: where + (np.arange(len(where)) > 0))  # every row after a window's first
     requests = run(model, prompts, OracleDrafter(prompts, solo))
     assert [r.output for r in requests] != solo
 
 
 def test_control_tree_rows_drawn_at_their_row_index_are_caught(model, prompts_and_solo, monkeypatch):
     prompts, solo = prompts_and_solo
-    plant(monkeypatch, model, lambda where: where[0] + np.arange(len(where), dtype=where.dtype))  # not the depth
+    plant(monkeypatch, lambda where: where[0] + np.arange(len(where), dtype=where.dtype))  # not the depth
     requests = run(model, prompts, OracleTreeDrafter(prompts, solo))
     assert [r.output for r in requests] != solo
 
