@@ -92,13 +92,16 @@ def test_sigterm_drains_and_exits(tiny_hf):
                               stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 60
-        while time.time() < deadline:
+        deadline, up = time.time() + 120, False
+        while time.time() < deadline and not up and server.poll() is None:
             try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
+                up = httpx.get(url + "/health").status_code == 200
             except httpx.TransportError:
                 time.sleep(0.2)
+        if not up:  # stopped first, so that its log can be read to its end
+            server.kill()
+            status = server.wait()
+            pytest.fail(f"the server never answered /health (exit status {status}): {server.stderr.read()[-2000:]}")
         assert httpx.post(url + "/v1/completions", json={"prompt": "x", "max_tokens": 4}).status_code == 200
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0
