@@ -122,3 +122,22 @@ def test_a_drafted_round_that_keeps_every_row_has_room(monkeypatch):
                         lambda self, ids, max_rows, state=None: greedy[len(ids) - prompt_tokens:][:max_rows])
     drafted = local.decode_rate(model, 1, tokens, warmup, prompt_tokens, np.random.default_rng(5), rows=rows)
     assert drafted["tokens"] == tokens * rows
+
+
+def test_chunk(tmp_path, capsys):
+    """`bench chunk`: a longer chunk takes the prompt in fewer rounds; the other streams decode all along."""
+    out = tmp_path / "chunk.json"
+    assert main(["bench", "chunk", "--config", "tiny", "--backend", "numpy", "--streams", "2", "--prompt", "40",
+                 "--chunks", "8,40", "--warmup", "2", "--cache", str(tmp_path), "--json", str(out)]) == 0
+    levels = json.loads(out.read_text())["levels"]
+    assert [(level["chunk"], level["rounds"]) for level in levels] == [(8, 5), (40, 1)]
+    for level in levels:
+        assert positive(level["ttft_s"], level["longest_round_ms"], level["decode_tok_s_during"],
+                        level["decode_tok_s_before"])
+    assert "time to first token" in capsys.readouterr().out
+
+
+def test_chunk_refuses_a_prompt_past_the_context(tmp_path, capsys):
+    assert main(["bench", "chunk", "--config", "tiny", "--backend", "numpy", "--prompt", "100000",
+                 "--cache", str(tmp_path)]) == 2
+    assert "exceeds the tiny config's max_position_embeddings" in capsys.readouterr().err
