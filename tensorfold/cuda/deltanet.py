@@ -26,17 +26,16 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements
-i = c, c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the
-last and walks them in order for both sums. The column's threads then set their chains side by side in shared
-memory, and each adds the four in the twin's tree (`chains_total`), so every sum has one fixed order and all four
-hold the same total. No thread ever touches another column's state, so a rebuild reads only deltas its own column
-logged, and each of the column's threads logs the delta (the same bits) so that it reads back its own write. The
-scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries in
-shared memory at once (two barriers a tile) and each thread loads its own v, decay, beta and parent of the tile's
-rows; the tile's rows then run in order, each as the twin's row (two barriers a row, one a sum). The scan also writes
-the log: each row's delta column, and (from the head's first block) its decay and its key, the shared key head
-repeated for every value head that reads it.
+Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i =
+c, c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last
+and walks them in order for both sums. The column's threads then set their chains side by side in shared memory, and
+each adds the four in the twin's tree (`chains_total`), so every sum has one fixed order and all four hold the same
+total. No thread ever touches another column's state, so a rebuild reads only deltas its own column logged, and each
+of the column's threads logs the delta (the same bits) so that it reads back its own write. The scan's block, columns
+of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries, and its rows' v, decay,
+beta and parent, in shared memory at once (two barriers a tile); the tile's rows then run in order, each as the
+twin's row (two barriers a row, one a sum). The scan also writes the log: each row's delta column, and (from the
+head's first block) its decay and its key, the shared key head repeated for every value head that reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -150,13 +149,13 @@ def deltanet_apply(state, log, path):
 # --- the kernels --------------------------------------------------------------------------------------------------
 # scan_inputs and the apply: see the module's docstring. The scan: SUM_CHAINS threads per (value head h, column j) of
 # a grid over [nv, dv]; thread c of a column keeps the column's elements of its chain (i = c, c + SUM_CHAINS, ...) in
-# `col`, a local array, from the first row to the last, and nothing else ever touches them. A chain a thread keeps a
-# quarter of the column, so the rows' sums, which run one after another, are a quarter as long, and the registers
-# that hold the column leave room for more threads. The scan's blocks hold columns of one head, which share the rows'
-# keys and queries: the block walks the window in tiles of ROWS_STAGED rows and stages a whole tile's keys and
-# queries in shared memory at once; each thread loads its own v, decay, beta and parent for the tile's rows into
-# local arrays beside them. Within a tile the rows run one after another, each with the same operations in the same
-# order as the twin's row: a tile changes when the inputs are loaded, never what is computed from them.
+# `col`, a local array, from the first row to the last, and nothing else ever touches them. With a quarter of the
+# column a thread, the multiply-adds a row runs one after another are a quarter as many, and the registers that hold
+# the column leave room for more threads. The scan's blocks hold columns of one head, which share the rows' keys and
+# queries: the block walks the window in tiles of ROWS_STAGED rows and stages a whole tile's keys and queries in
+# shared memory at once, beside the tile's values of its columns and its rows' decays, betas and parents. Within a
+# tile the rows run one after another, each with the same operations in the same order as the twin's row: a tile
+# changes when the inputs are loaded, never what is computed from them.
 
 COLUMNS = 32  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
 SCAN_THREADS = COLUMNS * SUM_CHAINS  # a thread per column and chain: consecutive threads are one column's chains
