@@ -47,7 +47,7 @@ def _cases(mode, rng):
                   (1, 8, 2, 256, [129]), (1, 8, 2, 256, [300]), (1, 8, 2, 256, [4096]),
                   (128, 8, 2, 256, [1] + list(rng.integers(1, 301, 127))),
                   (16, 16, 4, 256, mixed),  # Qwen3.5-4B's heads
-                  (2, 4, 2, 80, [37, 200])]  # head dims that are not whole batches of loads or pieces
+                  (2, 4, 2, 80, [37, 200])]  # head dims that are not whole batches of LOADS
     cases = []
     for rows, heads, kv_heads, head_dim, reads in shapes:
         maps = {"committed": None, "path_slots": None}

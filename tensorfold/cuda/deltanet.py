@@ -212,15 +212,23 @@ def scan_kernel(dk):
     two sums read them there instead of each thread loading them from global memory, and the tile's barriers come
     once a tile instead of once a row.
 
-    Every array a thread walks along its chain it reads through a view of the chain (`state[h, c::SUM_CHAINS, j]`,
-    `keys[u, c]`), so that in the unrolled loops each element is at a fixed offset from one address. The tile's
-    loads are of a fixed count; past the window's last row they load the last row again, which no row reads."""
+    A thread reads its chain of the state and of a logged key through a view (`state[h, c::SUM_CHAINS, j]`), and the
+    staged keys and queries by chain (`keys[u, c, m]`), so that in the unrolled loops each element is at a fixed
+    offset from one address. The tile's loads are of a fixed count; past the window's last row they load the last row
+    again, which no row reads."""
     per_chain = -(-dk // SUM_CHAINS)  # the elements of a column that one chain (one thread) holds
     whole = dk % SUM_CHAINS == 0  # every chain holds per_chain elements: the compiler drops the `m < ...` tests
     staged_per_thread = -(-ROWS_STAGED * dk // SCAN_THREADS)  # a tile's key (and query) values each thread stages
     # A tile row's keys (and queries) by chain, each chain SUM_CHAINS floats further along the 32 banks than the one
     # before: a warp's four chains read different banks, and four of a chain's elements are one 16-byte load.
     chain_pitch = per_chain + SUM_CHAINS
+
+    @cuda.jit(device=True)
+    def load_chain(start, col, chain_length):
+        """col[m] = start[m]: the thread's chain of a column of the state the window starts from."""
+        for m in range(per_chain):
+            if whole or m < chain_length:
+                col[m] = start[m]
 
     @cuda.jit(device=True)
     def stage_tile(k, q, g, first_row, keys, queries):
@@ -280,9 +288,7 @@ def scan_kernel(dk):
         betas = cuda.shared.array(ROWS_STAGED, np.float32)
         parents = cuda.shared.array(ROWS_STAGED, np.int32)
         start = state[h, c::SUM_CHAINS, j]  # the chain's elements of the column, in the state the window starts from
-        for m in range(per_chain):
-            if whole or m < chain_length:
-                col[m] = start[m]
+        load_chain(start, col, chain_length)
         for first_row in range(0, rows, ROWS_STAGED):  # the same tiles and rows in every thread: all reach each barrier
             cuda.syncthreads()  # every thread is done with the last tile's keys and queries
             stage_tile(k, q, g, first_row, keys, queries)
@@ -292,9 +298,7 @@ def scan_kernel(dk):
             for u in range(min(ROWS_STAGED, rows - first_row)):
                 r = first_row + u
                 if parents[u] != r - 1:  # a tree row that does not follow the row before: rebuild its parent's state
-                    for m in range(per_chain):
-                        if whole or m < chain_length:
-                            col[m] = start[m]
+                    load_chain(start, col, chain_length)
                     for d in range(depths[r]):  # its path's logged rows, root first: decay, then write
                         ancestor = path_slots[r, d]  # its delta logged by this thread, maybe earlier in this tile
                         ancestor_key = k[ancestor, g, c::SUM_CHAINS]
