@@ -336,21 +336,22 @@ class Engine:
                 self._emit(stream, draw(-1))  # the chunk's last row
             return
         drafts = window.ids[1:window.used]
-        observes = drafting or self.gate is None  # the drafter sees the kept rows (behind a gate: drafted rounds')
         request.stats.drafted += len(drafts)
         emitted = len(request.output)
         if drafts:
             request.stats.draft_rounds += 1
         if window.parents is not None:
-            self._walk_tree(stream, window, draw, observes)
+            self._walk_tree(stream, window, draw)
         else:
-            self._walk_chain(stream, window, draw, drafts, observes)
+            self._walk_chain(stream, window, draw, drafts)
         if drafts or (drafting and request.params.draft):
-            stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted)
+            stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted,
+                                                stream.drafts_measured)
+            stream.drafts_measured += 1
 
-    def _walk_chain(self, stream: Stream, window: Window, draw, drafts, observes: bool) -> None:
-        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows (shown to
-        the drafter when it `observes`)."""
+    def _walk_chain(self, stream: Stream, window: Window, draw, drafts) -> None:
+        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows and show
+        them to the drafter."""
         request = stream.request
         kept = 0
         for row in range(len(window.ids)):
@@ -360,14 +361,13 @@ class Engine:
                 break
             request.stats.accepted += 1
         if request.finish_reason is None:
-            if observes:
-                self._observe(stream, window, range(kept))
+            self._observe(stream, window, range(kept))
             if window.issued_at is None:  # (a round replayed ahead kept its row when it was issued)
                 stream.state.keep(kept)
 
-    def _walk_tree(self, stream: Stream, window: Window, draw, observes: bool) -> None:
+    def _walk_tree(self, stream: Stream, window: Window, draw) -> None:
         """Verify a tree: from the root, follow the child whose token equals the model's own token at that row; keep
-        the path (shown to the drafter when it `observes`)."""
+        the path and show it to the drafter."""
         request = stream.request
         children = {r: [c for c, parent in enumerate(window.parents[:window.used]) if parent == r]
                     for r in range(window.used)}
@@ -382,8 +382,7 @@ class Engine:
             request.stats.accepted += 1
             path.append(row)
         if request.finish_reason is None:
-            if observes:
-                self._observe(stream, window, path)
+            self._observe(stream, window, path)
             stream.state.keep_path(path)
 
     def _observe(self, stream: Stream, window: Window, rows) -> None:

@@ -100,6 +100,7 @@ class Stream:
         self.prompt_fed = 0
         self.next_token: int | None = None
         self.tokens_a_draft: float | None = None  # the mean tokens a drafted round gave it (the gate reads it)
+        self.drafts_measured = 0  # the drafted rounds that mean is over
 
     @property
     def tokens(self) -> list:

@@ -22,10 +22,10 @@ time, so that a stretch of text that repeats, or an emptier round, is seen at a 
 1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to LONGEST_WAIT, and
 drafting that pays sets it back to FIRST_WAIT.
 
-Behind a gate the drafter is shown the rows a stream keeps (`Drafter.observe`: the block drafter extends its
-context with them) only in rounds that let it draft, and in prompt chunks: its upkeep then costs nothing while
-drafting does not pay. Its context has gaps where rounds did not draft, which may make its guesses worse, never the
-output.
+Behind a gate the drafter is still shown every row a stream keeps (`Drafter.observe`: the block drafter extends
+its context with them), in undrafted rounds too. The block drafter guesses from the target's features at its
+context's last rows: a context with gaps where rounds did not draft would guess poorly after every gap, and the gate
+would measure that, not what drafting gives, and stop drafting where drafting pays.
 
 Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
 speed alone.
@@ -86,6 +86,9 @@ class DraftGate:
         self.since_draft = 0 if drafted else self.since_draft + 1
 
 
-def tokens_mean(mean: float | None, tokens: int) -> float:
-    """A stream's running mean of tokens a drafted round, after a drafted round that gave it `tokens`."""
-    return tokens if mean is None else mean + WEIGHT * (tokens - mean)
+def tokens_mean(mean: float | None, tokens: int, measured: int) -> float:
+    """A stream's running mean of tokens a drafted round, after a drafted round that gave it `tokens`, `measured`
+    rounds measured before it. Until 1 / WEIGHT rounds are measured it is their plain mean: a request's first
+    drafted rounds guess from a short context and vary the most, and a first round weighted as a whole running mean
+    would decide alone (it gave 2 tokens, the next 9, at a drafted round's cost of 4 undrafted ones)."""
+    return tokens if mean is None else mean + max(WEIGHT, 1 / (measured + 1)) * (tokens - mean)
