@@ -34,6 +34,11 @@ from tensorfold.model.rows import Window
 from tensorfold.request import FINISHED, Request, Stream, check_ids, check_prompt, draw_parameters, rows_to_draw
 from tensorfold.sampling import SamplingParams, log_probabilities, process_logits, prompt_log_probabilities
 
+# Prompt rows a round by default, the engine's and `Model.prefill`'s: results do not depend on it. A chunk's round
+# runs eagerly, so its host work is per round, and longer chunks spread it over more tokens; measured against the
+# other streams' decode by `tensorfold bench chunk` (docs/performance.rst, "Prompt chunks").
+PROMPT_CHUNK = 2048
+
 
 @dataclasses.dataclass
 class Behind:
@@ -46,7 +51,7 @@ class Behind:
 class Engine:
     """Up to `parallel` streams, each running one window per round through one forward of the model."""
 
-    def __init__(self, model, parallel: int = 4, chunk: int = 128, context: int | None = None,
+    def __init__(self, model, parallel: int = 4, chunk: int = PROMPT_CHUNK, context: int | None = None,
                  drafter: Drafter | None = None, max_draft: int = 15, prompt_cache=None,
                  keep: KeepPolicy | None = None, graphs: bool | None = None, gate: DraftGate | None = None,
                  ahead: bool | None = None):
@@ -62,7 +67,7 @@ class Engine:
         self.window_rows = min(1 + max_draft, MAX_ROWS, self.drafter.window_rows or MAX_ROWS)
         self.gate = gate  # with a gate, a decode round drafts only while drafting pays (drafters/gate.py); else always
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
-        self.prompt_cache = prompt_cache  # a PromptCache whose chunk is ours, or None
+        self.prompt_cache = prompt_cache  # a PromptCache, or None
         # decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless
         # turned off
         self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
@@ -72,8 +77,6 @@ class Engine:
             ahead if ahead is not None else os.environ.get("TENSORFOLD_AHEAD", "0") == "1")
         self.behind = None  # the round replayed ahead, its tokens not read yet (a Behind)
         self.decided = None  # (streams, drafting, timed): what `_drafting` said in a round that had to wait for it
-        if prompt_cache is not None and prompt_cache.chunk != chunk:
-            raise TensorfoldError(f"the prompt cache marks {prompt_cache.chunk}-row chunks, the engine runs {chunk}")
         self.waiting: list = []
         self.active: list = []  # in lane order
         self.lanes: list = []  # each lane's cache, reset in place for each request it takes (the module's docstring)
@@ -304,7 +307,10 @@ class Engine:
         depend on the rows after it, and the walk and the keep never reach the padding."""
         request = stream.request
         if stream.prompt_fed < len(request.prompt):
-            rows = request.prompt[stream.prompt_fed:stream.prompt_fed + self.chunk]
+            end = stream.prompt_fed + self.chunk
+            if self.prompt_cache is not None:  # a chunk ends at a mark, where the cache stores the stream (`_after`)
+                end = min([end] + [m for m in self.prompt_cache.marks(len(request.prompt)) if m > stream.prompt_fed])
+            rows = request.prompt[stream.prompt_fed:end]
             scoring = request.params.prompt_logprobs is not None and len(rows) > 1  # (one row: its last)
             return Window(stream.state, rows, "all" if scoring else "last")
         room = min(request.params.max_tokens - len(request.output) - 1, self.max_draft)  # drafts past the end waste

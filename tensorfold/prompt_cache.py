@@ -1,11 +1,13 @@
 """The prompt cache: stream states kept at marks inside prompts, so that a repeated prompt, or the next turn of a
 chat, resumes instead of starting over.
 
-A mark is a prompt position at a chunk boundary; what is kept there is the stream's whole cache at that point
-(each DeltaNet layer's state and conv tail, each attention layer's key and value rows), copied to host memory and
-keyed by the sha256 of the token prefix. Marks of a prompt of n tokens: the last chunk boundary before n (so the
-same prompt, or any prompt that extends it, resumes there) and every `spacing` tokens before that (so a long
-prompt that changes near its end still resumes most of the way). The store holds at most `budget` bytes and
+A mark is a prompt position at a multiple of `granularity` rows; what is kept there is the stream's whole cache at
+that point (each DeltaNet layer's state and conv tail, each attention layer's key and value rows), copied to host
+memory and keyed by the sha256 of the token prefix. Marks of a prompt of n tokens: the last multiple of
+`granularity` before n (so the same prompt, or any prompt that extends it, resumes there) and every `spacing`
+tokens before that (so a long prompt that changes near its end still resumes most of the way). The engine ends a
+prompt chunk at each mark it passes (`Engine._window`), so its chunks may be longer than `granularity`: a prompt
+then takes one round more, not one a `granularity` rows. The store holds at most `budget` bytes and
 evicts the least recently used states first.
 
 A mark's memory, in float32, is a fixed part (every DeltaNet layer's state and conv tail) plus a part that grows
@@ -57,9 +59,11 @@ class Snapshot:
 class PromptCache:
     """Snapshots at prompt marks, keyed by prefix, under a byte budget with LRU eviction."""
 
-    def __init__(self, budget_bytes: int, chunk: int, spacing: int = 2048):
-        self.budget, self.chunk = budget_bytes, chunk
-        self.spacing = max(chunk, spacing // chunk * chunk)  # marks sit on chunk boundaries
+    def __init__(self, budget_bytes: int, granularity: int = 128, spacing: int = 2048):
+        if granularity < 1:
+            raise ValueError(f"a prompt cache's granularity must be positive, not {granularity}")
+        self.budget, self.granularity = budget_bytes, granularity
+        self.spacing = max(granularity, spacing // granularity * granularity)  # marks sit on multiples of it
         self.entries: collections.OrderedDict = collections.OrderedDict()  # key -> Snapshot, oldest first
         self.lengths: collections.Counter = collections.Counter()  # stored prefix lengths
         self.bytes = 0
@@ -68,7 +72,7 @@ class PromptCache:
 
     def marks(self, prompt_length: int) -> set:
         """Where a prompt of this length leaves snapshots."""
-        last = (prompt_length - 1) // self.chunk * self.chunk
+        last = (prompt_length - 1) // self.granularity * self.granularity
         return ({last} | set(range(self.spacing, last, self.spacing))) - {0} if last > 0 else set()
 
     def lookup(self, prompt) -> Snapshot | None:

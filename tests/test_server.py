@@ -286,6 +286,37 @@ def test_prompt_cache_evicts_least_recently_used(tiny_model):
     assert cache.lookup(list(range(3, 40))).length == 32
 
 
+@pytest.mark.parametrize("control", [False, True])
+def test_a_prompt_chunk_ends_at_each_mark_of_the_prompt_cache(tiny_model, monkeypatch, control):
+    """The prompt cache marks every 4 rows (the last mark of a 23-token prompt: 20) and the engine runs 16-row
+    chunks: the engine ends a chunk at the mark (0-16, 16-20, 20-23), the cache stores the stream there, and the
+    same prompt again resumes at 20 with the fresh output. Control: an engine that does not end its chunks at marks
+    (0-16, 16-23) never reaches 20, so nothing is stored and the prompt runs whole again."""
+    from tensorfold.engine import SamplingParams
+    if control:
+        window = Engine._window
+
+        def window_without_marks(self, stream, drafting=True):
+            cache, self.prompt_cache = self.prompt_cache, None
+            try:
+                return window(self, stream, drafting)
+            finally:
+                self.prompt_cache = cache
+        monkeypatch.setattr(Engine, "_window", window_without_marks)
+    prompt, params = list(range(3, 26)), SamplingParams(max_tokens=5, temperature=0.8, seed=4)
+    fresh = Engine(tiny_model, chunk=16).generate(prompt, params)
+    engine = Engine(tiny_model, chunk=16, prompt_cache=PromptCache(64 << 20, 4))
+    first = engine.submit(prompt, params)
+    while engine.run_round():
+        pass
+    again = engine.submit(prompt, params)
+    while engine.run_round():
+        pass
+    assert first.output == again.output == fresh
+    # three prompt rounds (two without marks) and four decode rounds; the prompt again from its mark, or whole
+    assert (first.stats.rounds, again.stats.cached_tokens) == ((2 + 4, 0) if control else (3 + 4, 20))
+
+
 def test_bench_commands_against_the_server(served, capsys):
     from tensorfold.cli.main import main
     common = ["--url", served.url, "--max-tokens", "6"]

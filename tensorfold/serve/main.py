@@ -13,6 +13,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def parser() -> argparse.ArgumentParser:
+    from tensorfold.engine import PROMPT_CHUNK
     p = argparse.ArgumentParser(prog="tensorfold-serve", description="An OpenAI-compatible server for Qwen3.5 models.")
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
     p.add_argument("--drafter", default="auto",
@@ -28,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=4, help="streams decoded together (default 4)")
     p.add_argument("--context", type=int, default=None,
                    help="rows per stream: prompt plus output (default: the model's maximum, at most 32768)")
-    p.add_argument("--chunk", type=int, default=128, help="prompt rows per round (default 128)")
+    p.add_argument("--chunk", type=int, default=PROMPT_CHUNK, help=f"prompt rows per round (default {PROMPT_CHUNK})")
     p.add_argument("--max-draft", type=int, default=15, help="drafted rows per round and stream (default 15)")
     p.add_argument("--backend", default="auto", choices=("auto", "numpy", "cuda"))
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429 (default 64)")
@@ -62,7 +63,7 @@ def build(args):
 
     model = load(args.model, backend=args.backend, progress=True)
     context = args.context or min(model.config.max_position_embeddings, 32768)
-    cache = PromptCache(int(args.prompt_cache_gib * 2**30), args.chunk) if args.prompt_cache_gib > 0 else None
+    cache = PromptCache(int(args.prompt_cache_gib * 2**30)) if args.prompt_cache_gib > 0 else None
     keep = None if args.keep_late is None else KeepPolicy(late=bool(args.keep_late))
     engine = Engine(model, parallel=args.parallel, chunk=args.chunk, context=context,
                     drafter=make_drafter(args.drafter, model, args.draft_shape, args.draft_rows),
