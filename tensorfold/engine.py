@@ -161,9 +161,10 @@ class Engine:
             for stream in streams:
                 self._finish(stream, "error", error)
             return True
+        observes = drafting or self.gate is None or self.gate.watching(len(streams))
         for stream, window, draw in zip(streams, windows, draws):
             try:
-                self._after(stream, window, draw, drafting)
+                self._after(stream, window, draw, drafting, observes)
             except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
                 self._finish(stream, "error", error)
         if self.graphs is not None:
@@ -196,7 +197,8 @@ class Engine:
             if stream.request.finish_reason is not None:  # it ended while this round ran ahead: nothing to keep
                 continue
             try:
-                self._after(stream, window, [int(tokens[n])].__getitem__)
+                self._after(stream, window, [int(tokens[n])].__getitem__,
+                            observes=self.gate is None or self.gate.watching(len(behind.streams)))
             except Exception as error:  # noqa: BLE001 (one stream's failure ends that request only)
                 self._finish(stream, "error", error)
         if self.behind is None:  # the next call runs the round decided here
@@ -326,9 +328,10 @@ class Engine:
             return Window(stream.state, ids, "all", padding=padding)  # a chain
         return Window(stream.state, ids, "all", parents=parents, padding=padding)
 
-    def _after(self, stream: Stream, window: Window, draw, drafting: bool = False) -> None:
+    def _after(self, stream: Stream, window: Window, draw, drafting: bool = False, observes: bool = True) -> None:
         """Keep the accepted rows and hand out the new tokens (`draw(row)`: the model's token at a row). `drafting`:
-        the round let streams draft, so what it gave one that drafts (1 token if nothing was proposed) is counted."""
+        the round let streams draft, so what it gave one that drafts (1 token if nothing was proposed) is counted.
+        `observes`: the kept rows are shown to the drafter (behind a gate, `DraftGate.watching` says when)."""
         request = stream.request
         request.stats.rounds += 1
         if stream.prompt_fed < len(request.prompt):  # a prompt chunk
@@ -347,17 +350,17 @@ class Engine:
         if drafts:
             request.stats.draft_rounds += 1
         if window.parents is not None:
-            self._walk_tree(stream, window, draw)
+            self._walk_tree(stream, window, draw, observes)
         else:
-            self._walk_chain(stream, window, draw, drafts)
+            self._walk_chain(stream, window, draw, drafts, observes)
         if drafts or (drafting and request.params.draft):
             stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted,
                                                 stream.drafts_measured)
             stream.drafts_measured += 1
 
-    def _walk_chain(self, stream: Stream, window: Window, draw, drafts) -> None:
-        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows and show
-        them to the drafter."""
+    def _walk_chain(self, stream: Stream, window: Window, draw, drafts, observes: bool) -> None:
+        """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows (shown to
+        the drafter when it `observes`)."""
         request = stream.request
         kept = 0
         for row in range(len(window.ids)):
@@ -367,13 +370,14 @@ class Engine:
                 break
             request.stats.accepted += 1
         if request.finish_reason is None:
-            self._observe(stream, window, range(kept))
+            if observes:
+                self._observe(stream, window, range(kept))
             if window.issued_at is None:  # (a round replayed ahead kept its row when it was issued)
                 stream.state.keep(kept)
 
-    def _walk_tree(self, stream: Stream, window: Window, draw) -> None:
+    def _walk_tree(self, stream: Stream, window: Window, draw, observes: bool) -> None:
         """Verify a tree: from the root, follow the child whose token equals the model's own token at that row; keep
-        the path and show it to the drafter."""
+        the path (shown to the drafter when it `observes`)."""
         request = stream.request
         children = {r: [c for c, parent in enumerate(window.parents[:window.used]) if parent == r]
                     for r in range(window.used)}
@@ -388,7 +392,8 @@ class Engine:
             request.stats.accepted += 1
             path.append(row)
         if request.finish_reason is None:
-            self._observe(stream, window, path)
+            if observes:
+                self._observe(stream, window, path)
             stream.state.keep_path(path)
 
     def _observe(self, stream: Stream, window: Window, rows) -> None:

@@ -22,16 +22,19 @@ time, so that a stretch of text that repeats, or an emptier round, is seen at a 
 1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to LONGEST_WAIT, and
 drafting that pays sets it back to FIRST_WAIT.
 
-Behind a gate the drafter is still shown every row a stream keeps (`Drafter.observe`: the block drafter extends
-its context with them), in undrafted rounds too. The block drafter guesses from the target's features at its
-context's last rows: a context with gaps where rounds did not draft would guess poorly after every gap, and the gate
-would measure that, not what drafting gives, and stop drafting where drafting pays.
+Behind a gate the drafter is shown the rows a stream keeps (`Drafter.observe`: the block drafter extends its
+context with them) in every round that drafts, and in the undrafted rounds that come while drafting is still
+untried or in the WATCH rounds before a probe is due (`watching`). The block drafter guesses from the target's
+features at its context's last rows: a context that lacked the rows just before a drafted round would guess poorly
+there, and the gate would measure that, not what drafting gives, and stop drafting where drafting pays. Between
+probes, while drafting does not pay, its upkeep costs nothing; the rows it missed then leave a gap further back.
 
 Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
 speed alone.
 """
 import time
 
+WATCH = 8  # undrafted rounds before a probe whose kept rows the drafter is shown: the last rows it guesses from
 FIRST_WAIT = 8  # the time between probes, in drafted rounds' time, at first: probes take at most a ninth of it
 LONGEST_WAIT = 256  # and at most
 WEIGHT = 0.25  # a new measurement's share of a running mean (older rounds fade: context and text change)
@@ -70,6 +73,15 @@ class DraftGate:
             self.probed = True
             return True
         return False
+
+    def watching(self, streams: int) -> bool:
+        """Whether an undrafted round of `streams` streams shows its kept rows to the drafter: while drafted or
+        undrafted rounds are unmeasured (the first drafted round follows), or when a probe is due within WATCH
+        rounds."""
+        drafted, plain = self.seconds.get((streams, True)), self.seconds.get((streams, False))
+        if plain is None or drafted is None:
+            return True
+        return (self.since_draft + WATCH) * plain >= self.wait * drafted
 
     def start(self) -> None:
         """A decode round begins (after `drafts`)."""
