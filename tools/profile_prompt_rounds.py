@@ -12,8 +12,6 @@ see whether a collection is the one long round of a prompt (docs/performance.rst
 import argparse
 import cProfile
 import gc
-import io
-import pstats
 import time
 
 import numpy as np
@@ -21,6 +19,8 @@ import numpy as np
 import tensorfold
 from tensorfold.cli.bench.checkpoint import CONFIG_NAMES, checkpoint_folder, default_cache
 from tensorfold.engine import Engine, SamplingParams
+
+from profile_round_host import print_profile  # this folder's (a script's own folder leads sys.path)
 
 
 def prompt_rounds(engine, ids, profile=None) -> list:
@@ -70,10 +70,7 @@ def main():
     profile = cProfile.Profile()
     show("profiled", prompt_rounds(engine, rng.integers(0, vocab, args.prompt).tolist(), profile))
     gc.enable()
-    for order in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(order).print_stats(args.top)
-        print(out.getvalue())
+    print_profile(profile, args.top)
 
 
 if __name__ == "__main__":
