@@ -8,11 +8,11 @@ the package does not:
     python tools/sass_counts.py
 
 For the exact GEMM at a decode round's shapes (one row, 16 rows) and a prompt chunk's, the routed experts' grouped
-GEMM, x's quantize, the residual norm and the DeltaNet scan it prints the registers a thread takes (which decide how
-many blocks share an SM), the bytes spilled to local memory, and the basic block with the most multiply-adds
-(FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also catches what the simulator
-does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A change to a loop can be
-shaped here before it is timed; timings still decide.
+GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan it prints the registers a thread takes
+(which decide how many blocks share an SM), the bytes spilled to local memory, and the basic block with the most
+multiply-adds (FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also catches what the
+simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A change to a loop
+can be shaped here before it is timed; timings still decide.
 """
 import collections
 import glob
@@ -94,6 +94,8 @@ def main():
                for name, rows in (("1 row", 1), ("16 rows", 16), ("a prompt chunk", 512))]
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
                  products + (i32, i32, types.int64)),
+                ("expert grouping (the pairs sorted by expert)", experts.group_kernel, (i2, types.int64, types.int64,
+                                                                                        i32, i32)),
                 ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),
                  (f2, types.int8[:, :, ::1], i2, i2)),
                 ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2)),

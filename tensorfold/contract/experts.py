@@ -36,7 +36,8 @@ EXPERTS_GPU = [(1, 256, 8, 2048, 512, False), (16, 256, 8, 2048, 512, False), (1
 # (rows, k, experts, shared) of the grouping: under the simulator experts left unused and an expert taken by half
 # the rows; with `shared`, the last expert is the shared one, which no row routes to and every row takes
 GROUPS_SIM = [(5, 2, 4, False), (3, 3, 8, False), (9, 1, 2, False), (4, 2, 5, True)]
-GROUPS_GPU = [(1, 8, 256, False), (16, 8, 256, False), (512, 8, 256, False), (7, 10, 512, False), (16, 8, 257, True)]
+GROUPS_GPU = [(1, 8, 256, False), (16, 8, 256, False), (512, 8, 256, False), (7, 10, 512, False), (16, 8, 257, True),
+              (2048, 8, 257, True)]  # the last: a 2,048-row prompt chunk of the 35B-A3B
 
 
 def _groups_cases(mode, rng):

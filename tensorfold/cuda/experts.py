@@ -17,12 +17,12 @@ The twin sorts the pairs with NumPy and runs each expert's rows through `gemm.ge
 be recorded as a CUDA graph): `group_kernel` sorts the pairs on the device, and the GEMM's grid is sized for the
 worst case, its blocks finding their expert and rows from the sort (a block past the round's last tile returns).
 
-Mappings: `group_kernel` one thread a pair (its place in the sorted order, by counting the pairs before it) and one
-an expert (its first place); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an
-expert's sorted pairs, chunk of K), the block first finding its tile's expert together (`expert_tile`), then each
-warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows of x; down: the pairs' rows of h) and
-its expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair,
-output).
+Mappings: `group_kernel` a block an expert, its threads taking the pairs a block at a time (each pair's place: the
+pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over the block); `grouped_kernel` a block
+per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block first
+finding its tile's expert together (`expert_tile`), then each warp `gemm.tile_products` on the rows it gathers
+(gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
+`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output).
 """
 import functools
 
@@ -33,7 +33,7 @@ from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shap
                                   tile_products)
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
-from tensorfold.device.grid import BLOCK, blocks_for, flat
+from tensorfold.device.grid import flat
 from tensorfold.device.launch import kernel
 
 # --- the twins ----------------------------------------------------------------------------------------------------
@@ -76,6 +76,8 @@ def routed_experts(x, ids, gate_up, down, linear=affine_linear, shared=False):
 # --- the kernels --------------------------------------------------------------------------------------------------
 
 BLOCK_THREADS = WARPS * 32  # threads of a grouped GEMM block
+GROUP_THREADS = 128  # threads of a group_kernel block at most: the pairs it takes at a time
+
 
 @cuda.jit(device=True)
 def pair_expert(ids, p, per_row, shared):
@@ -84,26 +86,48 @@ def pair_expert(ids, p, per_row, shared):
     return ids[p // per_row, rank] if rank < ids.shape[1] else shared
 
 
+@cuda.jit(device=True)
+def inclusive_scan(values, t, threads):
+    """values[t] (shared, int32) becomes values[0] + ... + values[t], for t < threads: Hillis-Steele, log2(threads)
+    steps. The sums are integers, so the order of the adds cannot change them. Every thread of the block calls it."""
+    step = 1
+    while step < threads:  # after this step, values[t] sums the values of t - 2 step + 1 .. t
+        cuda.syncthreads()
+        earlier = values[t - step] if t >= step else 0
+        cuda.syncthreads()
+        values[t] += earlier
+        step *= 2
+    cuda.syncthreads()
+
+
 @kernel
 def group_kernel(ids, per_row, shared, order, offsets):
     """`expert_pairs` on the device, as one sorted list: order [pairs] the flat pairs by expert, then by p; offsets
-    [experts + 1] where each expert's pairs start (and the end). No atomics: each place is a count, so the order
-    is fixed."""
-    i = cuda.grid(1)
+    [experts + 1] where each expert's pairs start (and the end). Block e takes expert e: its threads count the pairs
+    of lower experts (where its pairs start), then take the pairs a block at a time, and each of its expert's pairs
+    goes after the ones before it (a prefix sum of the block's matches). No atomics: each place is a count, so the
+    order is fixed. The last block, e = experts, writes the end."""
+    e, t, threads = cuda.blockIdx.x, cuda.threadIdx.x, cuda.blockDim.x
+    counts = cuda.shared.array(GROUP_THREADS, np.int32)
     pairs = ids.shape[0] * per_row
-    if i < pairs:  # pair i goes after every pair of a lower expert and the earlier pairs of its own
-        mine, place = pair_expert(ids, i, per_row, shared), 0
-        for p in range(pairs):
-            e = pair_expert(ids, p, per_row, shared)
-            if e < mine or (e == mine and p < i):
-                place += 1
-        order[place] = i
-    if i < offsets.shape[0]:  # expert i's pairs start after those of every lower expert
-        before = 0
-        for p in range(pairs):
-            if pair_expert(ids, p, per_row, shared) < i:
-                before += 1
-        offsets[i] = before
+    lower = 0
+    for p in range(t, pairs, threads):
+        if pair_expert(ids, p, per_row, shared) < e:
+            lower += 1
+    counts[t] = lower
+    inclusive_scan(counts, t, threads)
+    placed = counts[threads - 1]  # the pairs of lower experts
+    if t == 0:
+        offsets[e] = placed
+    for first in range(0, pairs, threads):
+        cuda.syncthreads()  # every thread has read counts before it is written again
+        p = first + t
+        mine = 1 if p < pairs and pair_expert(ids, p, per_row, shared) == e else 0
+        counts[t] = mine
+        inclusive_scan(counts, t, threads)
+        if mine:
+            order[placed + counts[t] - 1] = p
+        placed += counts[threads - 1]
 
 
 @cuda.jit(device=True)
@@ -130,14 +154,7 @@ def expert_tile(offsets, tile, tile_rows):
     ends[t] = count
     if t == 0:
         found[0], found[1] = -1, 0
-    step = 1
-    while step < threads:  # Hillis-Steele: after this step, ends[t] sums the counts of threads t - 2 step + 1 .. t
-        cuda.syncthreads()
-        earlier = ends[t - step] if t >= step else 0
-        cuda.syncthreads()
-        ends[t] += earlier
-        step *= 2
-    cuda.syncthreads()
+    inclusive_scan(ends, t, threads)
     start = ends[t] - count
     if start <= tile < ends[t]:
         for e in range(lowest, past):
@@ -187,7 +204,8 @@ def group_launch(ids, experts, shared=False, stream=0):
     pairs = ids.shape[0] * per_row
     order = cuda.device_array(pairs, np.int32, stream=stream)
     offsets = cuda.device_array(experts + 1, np.int32, stream=stream)
-    group_kernel[blocks_for(max(pairs, experts + 1)), BLOCK, stream](ids, per_row, experts - 1, order, offsets)
+    threads = min(GROUP_THREADS, max(32, 1 << (pairs - 1).bit_length()))  # a decode round's few pairs: one warp
+    group_kernel[experts + 1, threads, stream](ids, per_row, experts - 1, order, offsets)
     return order, offsets
 
 
