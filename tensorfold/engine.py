@@ -2,7 +2,8 @@
 
 A stream's window is, each round, one of:
 
-* a prompt chunk (up to `chunk` rows of the prompt),
+* a prompt chunk (the streams in their prompts share `chunk` rows a round, the stream with the fewest prompt rows
+  left first; a stream left without rows sits the round out),
 * one decode row (the token sampled last round, fed back), or
 * a drafted chain: that decode row followed by the drafter's guesses of the next tokens (up to `max_draft`).
 
@@ -129,7 +130,7 @@ class Engine:
             self.active.sort(key=lambda s: self.lanes.index(s.state))  # the same lanes, the same recording key
             for stream in [s for s in self.active if s.request.cancelled]:
                 self._finish(stream, "cancelled")
-            streams = list(self.active)
+            streams = self._prompt_turns(list(self.active))
         if not streams and self.behind is None:
             return False
         decided, self.decided = self.decided, None
@@ -302,6 +303,18 @@ class Engine:
         self.lanes.append(self.model.net.new_state(max_rows=self.context, policy=self.keep))
         return self.lanes[-1]
 
+    def _prompt_turns(self, streams) -> list:
+        """The streams that run this round, in lane order: every decoding stream, and the streams in their prompts
+        while the round's `chunk` prompt rows last, the stream with the fewest prompt rows left served first (each
+        its `prompt_rows` for `_window`). So a round holds at most `chunk` prompt rows however many prompts arrive
+        together, and a short prompt is not held up behind a long one."""
+        left = self.chunk
+        prompting = [s for s in streams if s.prompt_fed < len(s.request.prompt)]
+        for stream in sorted(prompting, key=lambda s: len(s.request.prompt) - s.prompt_fed):  # (stable: lane order)
+            stream.prompt_rows = min(left, len(stream.request.prompt) - stream.prompt_fed)
+            left -= stream.prompt_rows
+        return [s for s in streams if s.prompt_fed == len(s.request.prompt) or s.prompt_rows > 0]
+
     def _window(self, stream: Stream, drafting: bool = True) -> Window:
         """This round's rows for a stream: the next prompt chunk, or the decode row and (when `drafting`) its drafted
         chain or tree. When rounds replay from recordings, a drafted window is padded to `window_rows` (each padding
@@ -309,7 +322,7 @@ class Engine:
         depend on the rows after it, and the walk and the keep never reach the padding."""
         request = stream.request
         if stream.prompt_fed < len(request.prompt):
-            end = stream.prompt_fed + self.chunk
+            end = stream.prompt_fed + stream.prompt_rows
             if self.prompt_cache is not None:  # a chunk ends at a mark, where the cache stores the stream (`_after`)
                 end = min([end] + [m for m in self.prompt_cache.marks(len(request.prompt)) if m > stream.prompt_fed])
             rows = request.prompt[stream.prompt_fed:end]

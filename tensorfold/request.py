@@ -98,6 +98,7 @@ class Stream:
     def __init__(self, request: Request, state, draft_state=None):
         self.request, self.state, self.draft_state = request, state, draft_state
         self.prompt_fed = 0
+        self.prompt_rows = 0  # the prompt rows its next round feeds (Engine._prompt_turns)
         self.next_token: int | None = None
         self.tokens_a_draft: float | None = None  # the mean tokens a drafted round gave it (the gate reads it)
         self.drafts_measured = 0  # the drafted rounds that mean is over

@@ -156,6 +156,35 @@ def test_drafted_equals_undrafted_and_concurrent_equals_solo(model, solo_outputs
             assert all(0 < r.stats.accepted < r.stats.drafted for r in requests)  # full, partial and no keeps
 
 
+@pytest.mark.parametrize("control", [False, True])
+def test_prompts_arriving_together_share_a_rounds_prompt_rows(model, monkeypatch, control):
+    """Prompts of 45, 9 and 30 tokens arrive together at an engine of 16 prompt rows a round: no round feeds more
+    than 16 prompt rows, the 9-token prompt (the fewest rows left) goes first and has its first token after one
+    round, and every output equals its solo run. Control: every stream in its prompt taking up to 16 rows a round
+    (the rule before) feeds 16 + 9 + 16 rows in the first round."""
+    if control:
+        def a_chunk_each(self, streams):
+            for stream in streams:
+                stream.prompt_rows = min(self.chunk, len(stream.request.prompt) - stream.prompt_fed)
+            return streams
+        monkeypatch.setattr(Engine, "_prompt_turns", a_chunk_each)
+    rng = np.random.default_rng(5)
+    prompts = [list(rng.integers(0, 500, n)) for n in (45, 9, 30)]
+    params = SamplingParams(max_tokens=6, temperature=0.9, seed=3, stop_ids=())
+    solo = [run(model, [prompt], params, parallel=1, chunk=16)[0].output for prompt in prompts]
+    engine = Engine(model, parallel=3, chunk=16)
+    requests = [engine.submit(prompt, params) for prompt in prompts]
+    fed, short_outputs = [], []  # each round's prompt rows; the 9-token prompt's tokens after each round
+    while True:
+        before = {id(stream): stream.prompt_fed for stream in engine.active}
+        if not engine.run_round():
+            break
+        fed.append(sum(stream.prompt_fed - before.get(id(stream), 0) for stream in engine.active))
+        short_outputs.append(len(requests[1].output))
+    assert [r.output for r in requests] == solo
+    assert (max(fed) == 41) if control else (max(fed) == 16 and short_outputs[0] == 1), (fed, short_outputs)
+
+
 def test_ngram_drafts_are_accepted_on_shakespeare(shakespeare):
     prompt = shakespeare.tokenizer.encode(PROMPTS[0])
     request = run(shakespeare, [prompt], SamplingParams(max_tokens=32), drafter=NgramDrafter())[0]

@@ -1,13 +1,14 @@
 """`tensorfold bench chunk`: a long prompt's time to first token against the other streams' decode, at each prompt
 chunk size (the engine's `chunk`, `tensorfold-serve --chunk`), in this process.
 
-A round runs every active stream's window: a prompt chunk of up to `chunk` rows beside the other streams' decode
-rows. A longer chunk takes the prompt in fewer rounds, so its first token comes sooner, but it makes each of those
-rounds longer, so every other stream waits longer for its next token. For each chunk size, `--streams` streams
-decode (greedy, undrafted, each from a random prompt of `--prompt-tokens`). After `--warmup` rounds a prompt of
-`--prompt` tokens arrives, and the clock runs from its submission to the round that gives its first token.
-Reported: that time and the rounds it took; the other streams' decode rate over it, and over as many rounds just
-before it; and the longest of its rounds, which is the longest any other stream waited for a token.
+A round runs every active stream's window: a prompt chunk of up to `chunk` rows (the engine's prompt rows a round)
+beside the other streams' decode rows. A longer chunk takes the prompt in fewer rounds, so its first token comes
+sooner, but it makes each of those rounds longer, so every other stream waits longer for its next token. For each
+chunk size, `--streams` streams decode (greedy, undrafted, each from a random prompt of `--prompt-tokens`). After
+`--warmup` rounds a prompt of `--prompt` tokens arrives, and the clock runs from its submission to the round that
+gives its first token. Reported: that time and the rounds it took; the other streams' decode rate over it, and over
+as many rounds just before it; and the longest of its rounds, which is the longest any other stream waited for a
+token.
 
 Before the timed prompt, one prompt of the same length runs to its first token untimed, so that the kernels of its
 chunk's shapes have compiled. On the cuda backend the clock starts after the backend's stream is synchronised, and
