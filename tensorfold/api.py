@@ -12,13 +12,13 @@ import os
 import numpy as np
 
 from tensorfold.backends import make_backend
-from tensorfold.engine import PROMPT_CHUNK, Engine, SamplingParams
+from tensorfold.engine import Engine, SamplingParams
 from tensorfold.model.checkpoint import load_weights, resolve
 from tensorfold.model.config import ModelConfig
 from tensorfold.model.qwen35 import Qwen35
 from tensorfold.model.tokenizer import Tokenizer
 from tensorfold.models import default_model
-from tensorfold.request import check_prompt
+from tensorfold.request import PROMPT_CHUNK, check_prompt
 
 
 class Model:

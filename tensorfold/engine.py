@@ -20,7 +20,6 @@ Rounds replayed ahead (`ahead`, off by default): when every stream decodes one u
 round n + 1 (its ids read on the device) is issued before round n's tokens are read (`_run_behind`; docs/
 architecture.rst, "Rounds replayed ahead").
 """
-import dataclasses
 import os
 import secrets
 import threading
@@ -32,21 +31,9 @@ from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import MAX_ROWS, DecodeGraphs, replays_decode_rounds
 from tensorfold.model.rows import Window
-from tensorfold.request import FINISHED, Request, Stream, check_ids, check_prompt, draw_parameters, rows_to_draw
+from tensorfold.request import (FINISHED, PROMPT_CHUNK, Behind, Request, Stream, check_ids, check_prompt,
+                                draw_parameters, prompt_turns, rows_to_draw)
 from tensorfold.sampling import SamplingParams, log_probabilities, process_logits, prompt_log_probabilities
-
-# Prompt rows a round by default, the engine's and `Model.prefill`'s: results do not depend on it. A chunk's round
-# runs eagerly, so its host work is per round, and longer chunks spread it over more tokens; measured against the
-# other streams' decode by `tensorfold bench chunk` (docs/performance.rst, "Prompt chunks").
-PROMPT_CHUNK = 2048
-
-
-@dataclasses.dataclass
-class Behind:
-    """A round replayed ahead whose tokens the engine has not read yet: its streams, their windows, and the tokens."""
-    streams: list
-    windows: list
-    drawn: object  # model.replay.Drawn
 
 
 class Engine:
@@ -130,7 +117,7 @@ class Engine:
             self.active.sort(key=lambda s: self.lanes.index(s.state))  # the same lanes, the same recording key
             for stream in [s for s in self.active if s.request.cancelled]:
                 self._finish(stream, "cancelled")
-            streams = self._prompt_turns(list(self.active))
+            streams = prompt_turns(list(self.active), self.chunk)
         if not streams and self.behind is None:
             return False
         decided, self.decided = self.decided, None
@@ -302,18 +289,6 @@ class Engine:
                 return lane
         self.lanes.append(self.model.net.new_state(max_rows=self.context, policy=self.keep))
         return self.lanes[-1]
-
-    def _prompt_turns(self, streams) -> list:
-        """The streams that run this round, in lane order: every decoding stream, and the streams in their prompts
-        while the round's `chunk` prompt rows last, the stream with the fewest prompt rows left served first (each
-        its `prompt_rows` for `_window`). So a round holds at most `chunk` prompt rows however many prompts arrive
-        together, and a short prompt is not held up behind a long one."""
-        left = self.chunk
-        prompting = [s for s in streams if s.prompt_fed < len(s.request.prompt)]
-        for stream in sorted(prompting, key=lambda s: len(s.request.prompt) - s.prompt_fed):  # (stable: lane order)
-            stream.prompt_rows = min(left, len(stream.request.prompt) - stream.prompt_fed)
-            left -= stream.prompt_rows
-        return [s for s in streams if s.prompt_fed == len(s.request.prompt) or s.prompt_rows > 0]
 
     def _window(self, stream: Stream, drafting: bool = True) -> Window:
         """This round's rows for a stream: the next prompt chunk, or the decode row and (when `drafting`) its drafted

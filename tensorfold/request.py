@@ -10,6 +10,11 @@ import numpy as np
 from tensorfold.errors import TensorfoldError
 from tensorfold.sampling import SamplingParams, TokenHistory, is_integer
 
+# Prompt rows a round by default, the engine's and `Model.prefill`'s: results do not depend on it. A chunk's round
+# runs eagerly, so its host work is per round, and longer chunks spread it over more tokens; measured against the
+# other streams' decode by `tensorfold bench chunk` (docs/performance.rst, "Prompt chunks").
+PROMPT_CHUNK = 2048
+
 FINISHED = object()  # the queue's end marker
 
 
@@ -98,7 +103,7 @@ class Stream:
     def __init__(self, request: Request, state, draft_state=None):
         self.request, self.state, self.draft_state = request, state, draft_state
         self.prompt_fed = 0
-        self.prompt_rows = 0  # the prompt rows its next round feeds (Engine._prompt_turns)
+        self.prompt_rows = 0  # the prompt rows its next round feeds (`prompt_turns`)
         self.next_token: int | None = None
         self.tokens_a_draft: float | None = None  # the mean tokens a drafted round gave it (the gate reads it)
         self.drafts_measured = 0  # the drafted rounds that mean is over
@@ -106,6 +111,27 @@ class Stream:
     @property
     def tokens(self) -> list:
         return self.request.prompt + self.request.output
+
+
+@dataclasses.dataclass
+class Behind:
+    """A round replayed ahead whose tokens the engine has not read yet: its streams, their windows, and the tokens."""
+    streams: list
+    windows: list
+    drawn: object  # model.replay.Drawn
+
+
+def prompt_turns(streams, chunk: int) -> list:
+    """The streams that run a round, in lane order: every decoding stream, and the streams in their prompts while
+    the round's `chunk` prompt rows last, the stream with the fewest prompt rows left served first (each its
+    `prompt_rows`, which `Engine._window` feeds). So a round holds at most `chunk` prompt rows however many prompts
+    arrive together, and a short prompt is not held up behind a long one."""
+    left = chunk
+    prompting = [s for s in streams if s.prompt_fed < len(s.request.prompt)]
+    for stream in sorted(prompting, key=lambda s: len(s.request.prompt) - s.prompt_fed):  # (stable: lane order)
+        stream.prompt_rows = min(left, len(stream.request.prompt) - stream.prompt_fed)
+        left -= stream.prompt_rows
+    return [s for s in streams if s.prompt_fed == len(s.request.prompt) or s.prompt_rows > 0]
 
 
 def rows_to_draw(streams, windows) -> tuple:

@@ -163,11 +163,11 @@ def test_prompts_arriving_together_share_a_rounds_prompt_rows(model, monkeypatch
     round, and every output equals its solo run. Control: every stream in its prompt taking up to 16 rows a round
     (the rule before) feeds 16 + 9 + 16 rows in the first round."""
     if control:
-        def a_chunk_each(self, streams):
+        def a_chunk_each(streams, chunk):
             for stream in streams:
-                stream.prompt_rows = min(self.chunk, len(stream.request.prompt) - stream.prompt_fed)
+                stream.prompt_rows = min(chunk, len(stream.request.prompt) - stream.prompt_fed)
             return streams
-        monkeypatch.setattr(Engine, "_prompt_turns", a_chunk_each)
+        monkeypatch.setattr("tensorfold.engine.prompt_turns", a_chunk_each)
     rng = np.random.default_rng(5)
     prompts = [list(rng.integers(0, 500, n)) for n in (45, 9, 30)]
     params = SamplingParams(max_tokens=6, temperature=0.9, seed=3, stop_ids=())

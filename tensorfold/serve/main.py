@@ -13,7 +13,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def parser() -> argparse.ArgumentParser:
-    from tensorfold.engine import PROMPT_CHUNK
+    from tensorfold.request import PROMPT_CHUNK
     p = argparse.ArgumentParser(prog="tensorfold-serve", description="An OpenAI-compatible server for Qwen3.5 models.")
     p.add_argument("--model", help="checkpoint folder or hub id (default: the embedded tiny-shakespeare model)")
     p.add_argument("--drafter", default="auto",
