@@ -278,7 +278,8 @@ ENGINE_PROMPTS = (PROMPTS[0], PROMPTS[1] + PROMPTS[0][:2])
 def engine_outputs(model, drafter, graphs: bool, capacity: int = 2, caches: list | None = None):
     """Both requests of ENGINE_PROMPTS (5 greedy tokens each) through one engine, and the engine; with `caches`,
     appends `caches_bytes` after every round to it."""
-    engine = Engine(model, parallel=2, chunk=8, context=64, drafter=drafter, max_draft=4, graphs=graphs)
+    # one prompt round: a chunk of 16 rows takes both prompts
+    engine = Engine(model, parallel=2, chunk=16, context=64, drafter=drafter, max_draft=4, graphs=graphs)
     if engine.graphs is not None:
         engine.graphs.capacity = capacity
     submitted = [engine.submit(prompt, SamplingParams(max_tokens=5)) for prompt in ENGINE_PROMPTS]

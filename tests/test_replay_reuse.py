@@ -131,8 +131,9 @@ def test_a_stream_that_ends_while_its_round_runs_ahead_leaves_the_others_exact(g
     prompts, lengths = [FIRST, SECOND], [2, 4]
 
     def outputs(graphs):
+        # both prompts in the first round (a chunk of 16 rows), so the streams decode together
         engine = Engine(graph_model if graphs else twin_of(graph_model), parallel=2, context=64, chunk=16,
-                        graphs=graphs, ahead=graphs)  # (both prompts in the first round: the streams decode together)
+                        graphs=graphs, ahead=graphs)
         requests = [engine.submit(p, SamplingParams(max_tokens=n, stop_ids=(), temperature=0.8, seed=9))
                     for p, n in zip(prompts, lengths)]
         while engine.run_round():
