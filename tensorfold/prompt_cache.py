@@ -6,9 +6,9 @@ that point (each DeltaNet layer's state and conv tail, each attention layer's ke
 memory and keyed by the sha256 of the token prefix. Marks of a prompt of n tokens: the last multiple of
 `granularity` before n (so the same prompt, or any prompt that extends it, resumes there) and every `spacing`
 tokens before that (so a long prompt that changes near its end still resumes most of the way). The engine ends a
-prompt chunk at each mark it passes (`Engine._window`), so its chunks may be longer than `granularity`: a prompt
-then takes one round more, not one a `granularity` rows. The store holds at most `budget` bytes and
-evicts the least recently used states first.
+prompt chunk at each mark it passes (`Engine._window`), so its chunks may be longer than `granularity`: each mark
+inside a chunk costs the prompt one round more. The store holds at most `budget` bytes and evicts the least
+recently used states first.
 
 A mark's memory, in float32, is a fixed part (every DeltaNet layer's state and conv tail) plus a part that grows
 with the prompt (every attention layer's key and value rows); docs/history/serving.rst works it out for the

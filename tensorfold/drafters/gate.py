@@ -101,6 +101,6 @@ class DraftGate:
 def tokens_mean(mean: float | None, tokens: int, measured: int) -> float:
     """A stream's running mean of tokens a drafted round, after a drafted round that gave it `tokens`, `measured`
     rounds measured before it. Until 1 / WEIGHT rounds are measured it is their plain mean: a request's first
-    drafted rounds guess from a short context and vary the most, and a first round weighted as a whole running mean
-    would decide alone (it gave 2 tokens, the next 9, at a drafted round's cost of 4 undrafted ones)."""
+    drafted rounds guess from a short context and vary the most, so the first of them must not decide alone
+    (docs/drafting.rst, "Using it")."""
     return tokens if mean is None else mean + max(WEIGHT, 1 / (measured + 1)) * (tokens - mean)
