@@ -179,8 +179,8 @@ class CudaBackend:
         return attention.attention_partial_launch(q, keys, values, n_keys, scale, committed, path_slots,
                                                   stream=self.stream, max_keys=max_keys)
 
-    def attention_merge(self, m, l, o, out=None, gate=None):
-        return attention.attention_merge_launch(m, l, o, out=out, gate=gate, stream=self.stream)
+    def attention_merge(self, m, l, o, out=None, q_and_gate=None):
+        return attention.attention_merge_launch(m, l, o, out=out, q_and_gate=q_and_gate, stream=self.stream)
 
     def kv_compact(self, keys, values, committed, path):
         return attention.kv_compact_launch(keys, values, committed, path, stream=self.stream)

@@ -91,8 +91,8 @@ class NumpyBackend:
         """The twin, written over `tail`."""
         return written(tail, conv.conv_tail_after(tail, inputs, path))
 
-    def attention_merge(self, m, l, o, out=None, gate=None):
-        return written(out, attention.attention_merge(m, l, o, gate))
+    def attention_merge(self, m, l, o, out=None, q_and_gate=None):
+        return written(out, attention.attention_merge(m, l, o, q_and_gate))
 
     def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None, max_keys=None):
         """The twin, whose partials always hold the chunks of the largest n_keys (chunks beyond them would change

@@ -79,8 +79,9 @@ class Ops(Protocol):
     def attention_partial(self, q, keys, values, n_keys, scale, committed=None, path_slots=None, max_keys=None):
         """(m, l [rows, Hq, chunks], o [rows, Hq, chunks, hd]): chunk partials of q [rows, Hq, hd] over n_keys keys."""
 
-    def attention_merge(self, m, l, o, out=None, gate=None):
-        """out [rows, Hq, hd]: the chunk partials merged in order, times sigmoid(gate [rows, Hq, hd]) when given."""
+    def attention_merge(self, m, l, o, out=None, q_and_gate=None):
+        """out [rows, Hq, hd]: the chunk partials merged in order, times sigmoid(gate) when q_and_gate [rows, Hq, 2 hd]
+        (per head the query, then the gate) is given."""
 
     def kv_write(self, keys, values, new_keys, new_values, at):
         """new_keys, new_values [rows, Hkv, hd] written into the cache [N, Hkv, hd] at rows at (int32 [rows])."""

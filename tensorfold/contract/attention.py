@@ -82,20 +82,30 @@ def _partial_on_device(q, keys, values, n_keys, scale, chunk, committed, path_sl
 
 
 def _merge_cases(mode, rng):
-    """The partials of the attention cases, every other one (the second, the fourth, ...) with an output gate."""
+    """The partials of the attention cases, every other one (the second, the fourth, ...) with an output gate: a
+    q_proj output [rows, Hq, 2 hd], each head's query then its gate."""
     cases = []
     for label, inputs in _cases(mode, rng):
         if mode == "sim" or len(inputs["q"]) > 1:
             partials = dict(zip("mlo", _partial_twin(**inputs)))
             gated = len(cases) % 2 == 1
-            gate = (rng.normal(size=inputs["q"].shape) * 4).astype(np.float32) if gated else None
-            cases.append((label + (" gated" if gated else ""), {**partials, "gate": gate}))
+            rows, heads, head_dim = inputs["q"].shape
+            q_and_gate = (rng.normal(size=(rows, heads, 2 * head_dim)) * 4).astype(np.float32) if gated else None
+            cases.append((label + (" gated" if gated else ""), {**partials, "q_and_gate": q_and_gate}))
     return cases
 
 
-def _merge_on_device(m, l, o, gate):
+def _merge_on_device(m, l, o, q_and_gate):
     return to_host(attention_merge_launch(*(cuda.to_device(a) for a in (m, l, o)),
-                                          gate=None if gate is None else cuda.to_device(gate)))
+                                          q_and_gate=None if q_and_gate is None else cuda.to_device(q_and_gate)))
+
+
+def _query_as_gate(inputs):
+    """Planted: the merge reads each head's first half (the query) as its gate."""
+    q_and_gate = inputs["q_and_gate"]
+    if q_and_gate is None:
+        return None
+    return {**inputs, "q_and_gate": np.ascontiguousarray(np.roll(q_and_gate, q_and_gate.shape[2] // 2, axis=2))}
 
 
 def _reversed_chunks(inputs):
@@ -246,7 +256,8 @@ CONTRACT = [
                 _tile_cases, _TILE_CONTROLS, kernels=(attention_partial_tile_kernel,)),
     KernelCheck("attention_merge", attention_merge, _merge_on_device, _merge_cases,
                 {"two swapped rows": swap_rows("o"), "chunks merged in reverse": _reversed_chunks,
-                 "the next head's gate": roll("gate")}, kernels=(attention_merge_kernel,)),
+                 "the next head's gate": roll("q_and_gate"), "the query read as the gate": _query_as_gate},
+                kernels=(attention_merge_kernel,)),
     KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
                 lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS,
                 kernels=(attention_partial_kernel, attention_merge_kernel)),

@@ -145,10 +145,10 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
     return m, l, o
 
 
-def attention_merge(m, l, o, gate=None):
-    """Combine a row's chunk partials in chunk order: out [rows, Hq, hd] = sum_c o_c w_c / sum_c l_c w_c; with a
-    gate [rows, Hq, hd] (a gated attention layer's output gate), that times sigmoid(gate), here so that the gate
-    costs no launch of its own."""
+def attention_merge(m, l, o, q_and_gate=None):
+    """Combine a row's chunk partials in chunk order: out [rows, Hq, hd] = sum_c o_c w_c / sum_c l_c w_c; with
+    q_and_gate [rows, Hq, 2 hd] (a gated attention layer's q_proj output: per head the query, then the output gate),
+    that times sigmoid(gate), here so that the gate costs no launch of its own."""
     top = m.max(axis=2)
     total = np.zeros(l.shape[:2], np.float32)
     acc = np.zeros(o.shape[:2] + o.shape[3:], np.float32)
@@ -158,7 +158,7 @@ def attention_merge(m, l, o, gate=None):
         total = fma_rn_twin(l[:, :, c], weight, total)
         acc = fma_rn_twin(o[:, :, c], weight[:, :, None], acc)
     out = acc / total[:, :, None]
-    return out if gate is None else out * sigmoid32_twin(gate)
+    return out if q_and_gate is None else out * sigmoid32_twin(q_and_gate[:, :, o.shape[3]:])
 
 
 def kv_write(keys, values, new_keys, new_values, at):
@@ -389,9 +389,9 @@ def attention_partial_tile_kernel(q, keys, values, heads, kv_heads, dims, n_keys
 
 
 @kernel
-def attention_merge_kernel(m, l, o, gate, gated, out):
+def attention_merge_kernel(m, l, o, q_and_gate, gated, out):
     """Thread i owns dim d of head h of row r, i = (r * heads + h) * head_dim + d, and walks the chunks in order;
-    with `gated`, it multiplies the result by sigmoid(gate[r, h, d])."""
+    with `gated`, it multiplies the result by sigmoid(gate), the gate at q_and_gate[r, h, head_dim + d]."""
     i = cuda.grid(1)
     heads, chunks, head_dim = o.shape[1], o.shape[2], o.shape[3]
     if i < o.shape[0] * heads * head_dim:
@@ -408,7 +408,7 @@ def attention_merge_kernel(m, l, o, gate, gated, out):
                 acc = fma_rn(o[r, h, c, d], weight, acc)
         value = acc / total
         if gated:
-            value = value * sigmoid32(gate[r, h, d])
+            value = value * sigmoid32(q_and_gate[r, h, head_dim + d])
         out[r, h, d] = value
 
 
@@ -473,13 +473,15 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     return m, l, o
 
 
-def attention_merge_launch(m, l, o, out=None, gate=None, stream=0):
-    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device, and the output gate [rows, Hq, hd] (any
-    strides: a view of q_proj's output) or None; returns out [rows, Hq, hd] (a new array, or the one given)."""
+def attention_merge_launch(m, l, o, out=None, q_and_gate=None, stream=0):
+    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device, and q_proj's output [rows, Hq, 2 hd] as
+    it is (the gate is each head's second half: a row slice of the whole output, where a view of the gate alone would
+    cost the host a walk over every row and head to slice) or None; returns out [rows, Hq, hd] (a new array, or the
+    one given)."""
     rows, heads, _, head_dim = o.shape
     out = cuda.device_array((rows, heads, head_dim), np.float32, stream=stream) if out is None else out
-    attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out if gate is None else gate,
-                                                                gate is not None, out)
+    attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out if q_and_gate is None else q_and_gate,
+                                                                q_and_gate is not None, out)
     return out
 
 

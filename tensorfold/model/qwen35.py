@@ -178,20 +178,20 @@ class Qwen35:
         with ops.side_by_side(len(windows)) as lanes:
             for n, (win, (a, b)) in enumerate(zip(windows, spans)):  # each row reads its stream's keys, then its path's
                 with lanes.lane(n):
-                    self._attend(q, k, v, q_and_gate[a:b, :, hd:], out, win, i, inputs, a, b)
+                    self._attend(q, k, v, q_and_gate, out, win, i, inputs, a, b)
         return ops.linear(out.reshape(rows, heads * hd), w[p + "o_proj.weight"])
 
-    def _attend(self, q, k, v, gate, out, win, i, inputs, a, b):
+    def _attend(self, q, k, v, q_and_gate, out, win, i, inputs, a, b):
         """Window `win`'s attention in layer i, over the round's rows a .. b - 1: its keys and values written at
         length + slot, then its rows' partials over the stream's committed keys and their paths', merged into out
-        and multiplied there by sigmoid(gate), the layer's output gate."""
+        and multiplied there by sigmoid(gate), the layer's output gate (each head's second half of q_and_gate)."""
         ops, state = self.ops, win.state
         scale = 1.0 / math.sqrt(self.config.head_dim)
         ops.kv_write(state.keys[i], state.values[i], k[a:b], v[a:b], inputs.write_at[a:b])
         if inputs.recorded:  # a decode round: its partials cover the cache (the lengths change from replay to replay)
             partial = ops.attention_partial(q[a:b], state.keys[i], state.values[i], inputs.n_keys[a:b], scale,
                                             *self._tree_maps(win, inputs, a, b))
-            ops.attention_merge(*partial, out=out[a:b], gate=gate)
+            ops.attention_merge(*partial, out=out[a:b], q_and_gate=q_and_gate[a:b])
             return
         # Eager: each slice's partials cover the keys of its last row, the one that reads the most. A chain's rows
         # go in slices whose partials fit in PARTIALS_BYTES (a row's bits do not depend on the rows beside it, nor
@@ -204,7 +204,7 @@ class Qwen35:
             partial = ops.attention_partial(q[first:last], state.keys[i], state.values[i], inputs.n_keys[first:last],
                                             scale, *self._tree_maps(win, inputs, first, last),
                                             max_keys=state.length + (last - a if win.parents is None else b - a))
-            ops.attention_merge(*partial, out=out[first:last], gate=gate[first - a:last - a])
+            ops.attention_merge(*partial, out=out[first:last], q_and_gate=q_and_gate[first:last])
 
     @staticmethod
     def _tree_maps(win, inputs, a, b) -> tuple:
