@@ -26,7 +26,7 @@ import threading
 import time
 
 from tensorfold.drafters.base import Drafter
-from tensorfold.drafters.gate import DraftGate, tokens_mean
+from tensorfold.drafters.gate import DraftGate
 from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
 from tensorfold.model.replay import MAX_ROWS, DecodeGraphs, replays_decode_rounds
@@ -341,10 +341,9 @@ class Engine:
             self._walk_tree(stream, window, draw, observes)
         else:
             self._walk_chain(stream, window, draw, drafts, observes)
-        if drafts or (drafting and request.params.draft):
-            stream.tokens_a_draft = tokens_mean(stream.tokens_a_draft, len(request.output) - emitted,
-                                                stream.drafts_measured)
-            stream.drafts_measured += 1
+        if self.gate is not None and (drafts or (drafting and request.params.draft)):
+            stream.tokens_a_draft, stream.drafts_measured = self.gate.tokens_after(
+                stream.tokens_a_draft, len(request.output) - emitted, stream.drafts_measured)
 
     def _walk_chain(self, stream: Stream, window: Window, draw, drafts, observes: bool) -> None:
         """Verify a chain: accept the drafted tokens while they equal the model's own, then keep those rows (shown to

@@ -130,7 +130,7 @@ def test_a_drafter_that_finds_nothing_is_asked_ever_more_rarely(shakespeare, mon
     probed. Control: a stream whose tokens a draft are never counted (the gate never learns what asking gives) is
     asked every round."""
     if control:
-        monkeypatch.setattr("tensorfold.engine.tokens_mean", lambda mean, tokens, measured: None)
+        monkeypatch.setattr("tensorfold.drafters.gate.tokens_mean", lambda mean, tokens, measured: None)
     engine = Engine(shakespeare, drafter=ProposesNothing(), gate=DraftGate(RoundClock()))
     request = engine.submit(shakespeare.tokenizer.encode("ROMEO:\n"), SamplingParams(max_tokens=96))
     while engine.run_round():
@@ -228,3 +228,25 @@ def test_a_new_stream_starts_from_the_streams_before_it(prior):
     if not prior:  # planted: the gate forgets
         gate.prior = float("inf")
     assert gate.drafts(1, [None]) is not prior
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_new_streams_first_poor_round_is_weighed_against_the_streams_before_it(control):
+    """The streams before gave 8 tokens a drafted round (drafting pays); a new stream's first drafted round gives 1
+    (a request's first guess comes from the prompt's end alone). Its mean starts from theirs, counted as one round,
+    so its next round drafts again. Control: a mean that starts from its own first round alone stops drafting."""
+    clock = RoundClock()
+    gate, mean, measured = DraftGate(clock), None, 0
+    for _ in range(40):  # the first stream: drafted rounds cost 2, undrafted 1, and give 8 tokens
+        drafts = gate.drafts(1, [mean])
+        gate.start()
+        clock.takes(2.0 if drafts else 1.0)
+        gate.finish(1, drafts, recorded=False)
+        if drafts:
+            mean, measured = gate.tokens_after(mean, 8, measured)
+    assert gate.drafts(1, [None])  # the new stream starts from the streams before it
+    gate.start()
+    clock.takes(2.0)
+    gate.finish(1, True, recorded=False)
+    mean, measured = (tokens_mean(None, 1, 0), 1) if control else gate.tokens_after(None, 1, 0)
+    assert gate.drafts(1, [mean]) is not control, mean

@@ -1,11 +1,11 @@
-"""Where a cold prefill of Qwen3.5-2B's shapes spends its time, on the cuda backend: the whole prompt at several
+"""Where a cold prefill of a Qwen3.5 size (the 2B by default) spends its time, on the cuda backend: the whole prompt at several
 chunk sizes, then one forward of a chunk with every backend call timed alone (the stream drained before and after
 each, so a call's time is its host work plus its device work), and how long the host takes to issue a chunk against
 how long the device takes to finish it.
 
-    python3 tools/profile_prefill.py [--length 2048] [--chunks 512,1024,2048] [--json out.json]
+    python3 tools/profile_prefill.py [--config 2B] [--length 2048] [--chunks 512,1024,2048] [--json out.json]
 
-It writes bench's random 2B checkpoint into ~/.cache/tensorfold/bench (or --cache) first, as `tensorfold bench`
+It writes bench's random checkpoint into ~/.cache/tensorfold/bench (or --cache) first, as `tensorfold bench`
 does. The figures and what they showed are in docs/performance.rst, "Where the time goes".
 """
 import argparse
@@ -16,7 +16,7 @@ import numpy as np
 
 import tensorfold
 import tensorfold.api as api
-from tensorfold.cli.bench.checkpoint import checkpoint_folder, default_cache
+from tensorfold.cli.bench.checkpoint import CONFIG_NAMES, checkpoint_folder, default_cache
 from tensorfold.cli.bench.timing import TimingBackend
 
 
@@ -44,12 +44,13 @@ def ops_of_chunk(model, ids):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="2B", choices=CONFIG_NAMES, help="the random checkpoint's Qwen3.5 size")
     p.add_argument("--length", type=int, default=2048)
     p.add_argument("--chunks", type=lambda s: [int(c) for c in s.split(",")], default=[512, 1024, 2048])
     p.add_argument("--cache", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    model = tensorfold.load(checkpoint_folder("2B", 0, args.cache or default_cache()), backend="cuda")
+    model = tensorfold.load(checkpoint_folder(args.config, 0, args.cache or default_cache()), backend="cuda")
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab_size, args.length).tolist()
     results = {"length": args.length, "prefill": {}, "ops": {}}

@@ -83,6 +83,15 @@ class DraftGate:
             return True
         return (self.since_draft + WATCH) * plain >= self.wait * drafted
 
+    def tokens_after(self, mean: float | None, tokens: int, measured: int) -> tuple:
+        """A stream's (mean tokens a drafted round, rounds that mean is over) after a drafted round that gave it
+        `tokens`. Before its own first round, its mean is the streams' before it (`prior`), counted as one round: a
+        request's first drafted round guesses from the prompt's end alone, and where it gives little, the streams
+        before it keep it drafting until its own rounds say otherwise."""
+        if mean is None and self.prior != float("inf"):
+            mean, measured = self.prior, 1
+        return tokens_mean(mean, tokens, measured), measured + 1
+
     def start(self) -> None:
         """A decode round begins (after `drafts`)."""
         self.started = self.clock()
