@@ -142,7 +142,7 @@ def attention_layer(x, i):
     p = f"layers.{i}.self_attn."
     rows, heads, kv_heads, hd = x.shape[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim
     q_and_gate = linear(x, p + "q_proj.weight").reshape(rows, heads, 2 * hd)
-    q, gate = q_and_gate[:, :, :hd], q_and_gate[:, :, hd:]
+    q = q_and_gate[:, :, :hd]  # the merge reads each head's second half, the gate, from q_and_gate itself
     k = linear(x, p + "k_proj.weight").reshape(rows, kv_heads, hd)
     v = linear(x, p + "v_proj.weight").reshape(rows, kv_heads, hd)
     show("q (per head: query | gate)", q_and_gate)
@@ -152,7 +152,7 @@ def attention_layer(x, i):
     m, l, o = attention_partial(q, k, v, positions + 1, 1.0 / math.sqrt(hd))
     show("partial m, l [rows, heads, chunks]", m)
     show("partial o", o)
-    out = attention_merge(m, l, o, gate).reshape(rows, heads * hd)
+    out = attention_merge(m, l, o, q_and_gate).reshape(rows, heads * hd)
     show("merged and gated", out)
     return linear(out, p + "o_proj.weight")
 
