@@ -29,14 +29,15 @@ class RoundClock:
         self.end = self.now + seconds
 
 
-def decisions(undrafted, drafted, tokens, rounds=600, recorded=()):
-    """What a gate decides over `rounds` rounds of one stream, drafted rounds giving `tokens` each."""
+def decisions(undrafted, drafted, tokens, rounds=600, recorded=(), paused=()):
+    """What a gate decides over `rounds` rounds of one stream, drafted rounds giving `tokens` each; the rounds in
+    `paused` take 400 times as long (the process paused in them)."""
     clock = RoundClock()
     gate, mean, made = DraftGate(clock), None, []
     for n in range(rounds):
         drafts = gate.drafts(1, [mean])
         gate.start()
-        clock.takes(drafted if drafts else undrafted)
+        clock.takes((drafted if drafts else undrafted) * (400 if n in paused else 1))
         gate.finish(1, drafts, recorded=n in recorded)
         if drafts:
             mean = tokens_mean(mean, tokens, sum(made))
@@ -61,6 +62,19 @@ def test_drafting_that_does_not_pay_is_only_probed_ever_more_rarely():
     assert gaps[:6] == [2 * wait + 1 for wait in waits]
     assert probes[0] == 4 + 2 * FIRST_WAIT  # the first after the first wait, counted from the last drafted round
     assert sum(made) < len(made) / 50
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_a_paused_undrafted_round_does_not_make_drafting_look_as_if_it_paid(monkeypatch, control):
+    """Drafting does not pay (1.5 tokens for twice an undrafted round's time); one undrafted round is paused 400
+    times its time (a garbage collection). It counts as at most OUTLIER times the mean, so the gate goes on probing
+    only. Control: counted whole, it makes drafting look as if it paid, and since no undrafted round then runs to
+    correct the mean, every round after it drafts."""
+    if control:
+        monkeypatch.setattr("tensorfold.drafters.gate.OUTLIER", float("inf"))
+    made = decisions(undrafted=1.0, drafted=2.0, tokens=1.5, rounds=400, paused={100})
+    assert not made[100]
+    assert (sum(made[101:]) == 299) if control else (sum(made[101:]) < 20), sum(made[101:])
 
 
 def test_a_round_that_recorded_is_not_timed():
