@@ -80,8 +80,7 @@ class Ops(Protocol):
         """(m, l [rows, Hq, chunks], o [rows, Hq, chunks, hd]): chunk partials of q [rows, Hq, hd] over n_keys keys."""
 
     def attention_merge(self, m, l, o, out=None, q_and_gate=None):
-        """out [rows, Hq, hd]: the chunk partials merged in order, times sigmoid(gate) when q_and_gate [rows, Hq, 2 hd]
-        (per head the query, then the gate) is given."""
+        """out [rows, Hq, hd]: the chunk partials merged, times sigmoid(gate), the gate half of q_and_gate's heads."""
 
     def kv_write(self, keys, values, new_keys, new_values, at):
         """new_keys, new_values [rows, Hkv, hd] written into the cache [N, Hkv, hd] at rows at (int32 [rows])."""

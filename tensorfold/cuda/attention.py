@@ -474,10 +474,8 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
 
 
 def attention_merge_launch(m, l, o, out=None, q_and_gate=None, stream=0):
-    """m, l [rows, Hq, chunks] and o [rows, Hq, chunks, hd] on the device, and q_proj's output [rows, Hq, 2 hd] as
-    it is (the gate is each head's second half: a row slice of the whole output, where a view of the gate alone would
-    cost the host a walk over every row and head to slice) or None; returns out [rows, Hq, hd] (a new array, or the
-    one given)."""
+    """m, l [rows, Hq, chunks], o [rows, Hq, chunks, hd] and q_proj's output [rows, Hq, 2 hd] (or None) on the device
+    (a strided view of the gate alone would cost the host a walk over every row and head to slice); returns out."""
     rows, heads, _, head_dim = o.shape
     out = cuda.device_array((rows, heads, head_dim), np.float32, stream=stream) if out is None else out
     attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out if q_and_gate is None else q_and_gate,
