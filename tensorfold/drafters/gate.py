@@ -12,18 +12,19 @@ round's:
 with tokens_s = 1 for a stream that does not draft (its request turned drafting off). A round that let its streams
 draft counts as drafted even where the drafter found nothing to propose (the n-gram drafter on text that does not
 repeat): it gave one token, at the cost of asking and of not going ahead, and the gate learns so. Only decode rounds
-are timed (a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor
-the first round of a kind (compiles, first uploads) is, since no later round costs what they did; and a round counts
-at most OUTLIER times its kind's mean, since a pause of the process (a garbage collection) is not what the round
-costs, and a paused undrafted round would otherwise make drafting look as if it paid for as long as it drafts (no
-undrafted round then runs to correct the mean). What the gate has
-not measured yet it tries: a kind of round not yet timed runs next, and a new stream's tokens a draft start at the
-mean of the streams it last saw that had drafted (`prior`: a request after another on the same engine does not
-explore again), or before any at the most a drafted round can give. While drafting does not pay, a round drafts
-anyway (a probe) once the undrafted rounds since the last drafted one have taken `wait` times a drafted round's
-time, so that a stretch of text that repeats, or an emptier round, is seen at a bounded cost: a probe takes at most
-1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to LONGEST_WAIT, and
-drafting that pays sets it back to FIRST_WAIT.
+are timed (a round with a prompt chunk costs what its chunk costs), and neither a round that made a recording nor the
+first round of a kind (compiles, first uploads) is, since no later round costs what they did; and an undrafted round
+counts at most OUTLIER times its kind's mean, since a pause of the process (a garbage collection) is not what the
+round costs, and a paused undrafted round would otherwise make drafting look as if it paid for as long as it drafts
+(no undrafted round then runs to correct the mean). Drafted rounds are not capped: their costs differ by more than
+that (a round whose drafter found nothing costs an undrafted one), and one that ran long only brings the next probe.
+What the gate has not measured yet it tries: a kind of round not yet timed runs next, and a new stream's tokens a
+draft start at the mean of the streams it last saw that had drafted (`prior`: a request after another on the same
+engine does not explore again), or before any at the most a drafted round can give. While drafting does not pay, a
+round drafts anyway (a probe) once the undrafted rounds since the last drafted one have taken `wait` times a drafted
+round's time, so that a stretch of text that repeats, or an emptier round, is seen at a bounded cost: a probe takes
+at most 1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to
+LONGEST_WAIT, and drafting that pays sets it back to FIRST_WAIT.
 
 Behind a gate the drafter is shown the rows a stream keeps (`Drafter.observe`: the block drafter extends its
 context with them) in every round that drafts, and in the undrafted rounds that come while drafting is still
@@ -41,7 +42,7 @@ WATCH = 8  # undrafted rounds before a probe whose kept rows the drafter is show
 FIRST_WAIT = 8  # the time between probes, in drafted rounds' time, at first: probes take at most a ninth of it
 LONGEST_WAIT = 256  # and at most
 WEIGHT = 0.25  # a new measurement's share of a running mean (older rounds fade: context and text change)
-OUTLIER = 2  # a round counts at most this many times its kind's mean (a pause of the process is not its cost)
+OUTLIER = 2  # an undrafted round counts at most this many times its kind's mean (a pause is not its cost)
 
 
 class DraftGate:
@@ -106,9 +107,9 @@ class DraftGate:
         kind = (streams, drafted)
         if kind in self.seen and not recorded:
             mean = self.seconds.get(kind)
-            # Capped: while drafting pays no undrafted round runs, so one paused undrafted round (a garbage
-            # collection) would otherwise make drafting look as if it paid for good.
-            self.seconds[kind] = seconds if mean is None else mean + WEIGHT * (min(seconds, OUTLIER * mean) - mean)
+            if mean is not None and not drafted:  # while drafting pays no undrafted round runs to correct a pause
+                seconds = min(seconds, OUTLIER * mean)
+            self.seconds[kind] = seconds if mean is None else mean + WEIGHT * (seconds - mean)
         self.seen.add(kind)
         self.since_draft = 0 if drafted else self.since_draft + 1
 
