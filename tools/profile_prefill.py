@@ -1,7 +1,7 @@
-"""Where a cold prefill of a Qwen3.5 size (the 2B by default) spends its time, on the cuda backend: the whole prompt at several
-chunk sizes, then one forward of a chunk with every backend call timed alone (the stream drained before and after
-each, so a call's time is its host work plus its device work), and how long the host takes to issue a chunk against
-how long the device takes to finish it.
+"""Where a cold prefill of a Qwen3.5 size (the 2B by default) spends its time, on the cuda backend: the whole prompt
+at several chunk sizes, then one forward of a chunk with every backend call timed alone (the stream drained before
+and after each, so a call's time is its host work plus its device work), and how long the host takes to issue a chunk
+against how long the device takes to finish it.
 
     python3 tools/profile_prefill.py [--config 2B] [--length 2048] [--chunks 512,1024,2048] [--json out.json]
 

@@ -14,8 +14,8 @@ config (the peer, peer.py).
   and biases over its time); and the memory a stream takes (timing.py measures the parts).
 * prefill: a cold prompt (a fresh state, no prompt cache) of each length through `Model.prefill`, in chunks of
   `PROMPT_CHUNK` rows, to the last row's logits, twice, the faster kept: a length's first run also compiles what
-  its chunks need beyond the warm-up prompt's (the MoE's grouping at a 2,048-row chunk). A length is skipped, and the table says so, when the lengths
-  before it project a time above `--max-seconds`.
+  its chunks need beyond the warm-up prompt's (the MoE's grouping at a 2,048-row chunk). A length is skipped, and
+  the table says so, when the lengths before it project a time above `--max-seconds`.
 * the peer: greedy batch-1 decode and cold prefill at the same lengths.
 
 On the cuda backend every wall-clock timing synchronises the backend's stream before the clock starts and
