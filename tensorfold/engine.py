@@ -26,6 +26,7 @@ import threading
 import time
 
 from tensorfold.drafters.base import Drafter
+from tensorfold.device.collector import settle
 from tensorfold.drafters.gate import DraftGate
 from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes
@@ -56,8 +57,7 @@ class Engine:
         self.gate = gate  # with a gate, a decode round drafts only while drafting pays (drafters/gate.py); else always
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache, or None
-        # decode rounds, drafted or not, replayed from CUDA graphs (tensorfold/model/replay.py): on the GPU, unless
-        # turned off
+        # decode rounds, drafted or not, replayed from CUDA graphs (model/replay.py): on the GPU, unless turned off
         self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
         # undrafted one-row rounds replayed ahead of their tokens (the module's docstring), with recordings, when
         # `ahead` is True, or None with TENSORFOLD_AHEAD=1: off by default, slower as measured (docs/performance.rst)
@@ -69,7 +69,7 @@ class Engine:
         self.active: list = []  # in lane order
         self.lanes: list = []  # each lane's cache, reset in place for each request it takes (the module's docstring)
         self.drafts: dict = {}  # lane index -> the drafter state its last drafting request used
-        self.rounds = 0
+        self.rounds, self.settled = 0, 0  # rounds run; recordings made when the collector last settled
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._running = False
@@ -111,6 +111,9 @@ class Engine:
 
     def run_round(self) -> bool:
         """One round over every active stream; returns False when there was nothing to do."""
+        if self._recordings() != self.settled:  # what the rounds since made lives long (device/collector.py)
+            self.settled = self._recordings()
+            settle()
         with self._lock:
             while self.waiting and len(self.active) < self.parallel:
                 self.active.append(self._admit(self.waiting.pop(0)))

@@ -66,6 +66,32 @@ def test_the_next_request_replays_the_lanes_recordings(graph_model, alone):
     assert outcome(second) == alone
 
 
+def test_a_round_that_recorded_settles_the_collector_and_a_replay_does_not(graph_model, monkeypatch):
+    """The round after one that made a recording settles the garbage collector (device/collector.py: what a
+    recording makes lives as long as the process), once per such round; a request whose rounds only replay (the
+    lane's next) settles nothing, and the real `settle` leaves the objects that survive out of later scans."""
+    import gc
+
+    import tensorfold.engine as engine_module
+    from tensorfold.device.collector import settle
+    engine = Engine(graph_model, parallel=1, context=64, graphs=True)
+    settled = []
+    monkeypatch.setattr(engine_module, "settle", lambda: settled.append(engine._recordings()))
+    finished(engine, FIRST, tokens=4)
+    engine.run_round()  # (a round with nothing to run still settles what the last one recorded)
+    assert settled and settled == sorted(set(settled)) and settled[-1] == engine._recordings() > 0
+    recorded, calls = engine._recordings(), len(settled)
+    finished(engine, SECOND, tokens=4)
+    engine.run_round()
+    assert engine._recordings() == recorded and len(settled) == calls
+    survivor = [engine]
+    try:
+        settle()
+        assert gc.get_freeze_count() > 0 and not any(o is survivor for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.parametrize("left", ["DeltaNet state", "conv tail"])
 def test_control_a_reset_that_leaves_the_last_request_is_caught(graph_model, alone, left, monkeypatch):
     """Control: a reset that leaves the previous request's DeltaNet states or conv tails in the lane's buffers

@@ -105,9 +105,11 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
 
 def prefill_rate(model, length: int, rng) -> dict:
     """Cold prefill tok/s of a `length`-token prompt: a fresh state through Model.prefill to the last logits."""
+    from tensorfold.device.collector import settle
     from tensorfold.engine import Engine
     ids = rng.integers(0, model.config.vocab_size, length).tolist()
     free_before = device_free_bytes(model.backend)
+    settle()  # as a serving engine has after its recordings: the model's objects out of the collector's scans
     state = model.net.new_state(max_rows=length)
     model.backend.synchronize()
     started = time.perf_counter()
