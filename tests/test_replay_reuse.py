@@ -69,8 +69,10 @@ def test_the_next_request_replays_the_lanes_recordings(graph_model, alone):
 def test_a_round_that_recorded_settles_the_collector_and_a_replay_does_not(graph_model, monkeypatch):
     """The round after one that made a recording settles the garbage collector (device/collector.py: what a
     recording makes lives as long as the process), once per such round; a request whose rounds only replay (the
-    lane's next) settles nothing, and the real `settle` leaves the objects that survive out of later scans."""
+    lane's next) settles nothing, and the real `settle` leaves the objects that survive out of later scans. A
+    frozen engine is still freed when dropped (no reference cycle holds it or its lanes)."""
     import gc
+    import weakref
 
     import tensorfold.engine as engine_module
     from tensorfold.device.collector import settle
@@ -88,6 +90,10 @@ def test_a_round_that_recorded_settles_the_collector_and_a_replay_does_not(graph
     try:
         settle()
         assert gc.get_freeze_count() > 0 and not any(o is survivor for o in gc.get_objects())
+        dropped = [weakref.ref(engine)] + [weakref.ref(lane) for lane in engine.lanes]
+        monkeypatch.undo()  # (the patched settle refers to the engine)
+        del engine, survivor
+        assert all(ref() is None for ref in dropped)
     finally:
         gc.unfreeze()
 
