@@ -65,6 +65,33 @@ def test_drafting_that_does_not_pay_is_only_probed_ever_more_rarely():
 
 
 @pytest.mark.parametrize("control", [False, True])
+def test_a_probe_and_the_watched_rounds_before_it_take_at_most_their_share(monkeypatch, control):
+    """Drafting does not pay (1.5 tokens for 4 undrafted rounds' time), and an undrafted round whose kept rows the
+    drafter is shown before a probe takes twice an undrafted one (its upkeep costs what the round does, as on a
+    GPU). From one probe to the next, the probe and the watched rounds' upkeep take at most 1 / (1 + FIRST_WAIT) of
+    the time. Control: a probe's cost counted without the upkeep of the WATCH rounds before it (the rule before),
+    and they take more."""
+    if control:
+        monkeypatch.setattr(DraftGate, "probe", lambda self, streams, drafted: drafted)
+    clock = RoundClock()
+    gate, mean, measured, rounds = DraftGate(clock), None, 0, []
+    for _ in range(3000):
+        drafts = gate.drafts(1, [mean])
+        gate.start()
+        watched = not drafts and gate.watching(1)  # (the engine asks after the forward)
+        clock.takes(4.0 if drafts else 2.0 if watched else 1.0)
+        gate.finish(1, drafts, recorded=False)
+        if drafts:
+            mean, measured = tokens_mean(mean, 1.5, measured), measured + 1
+        rounds.append((drafts, 4.0 if drafts else 2.0 if watched else 1.0))
+    probes = [n for n, (drafts, _) in enumerate(rounds) if drafts and n > 20]
+    shares = [sum(s if drafts else s - 1.0 for drafts, s in rounds[a + 1:b + 1]) /
+              sum(s for _, s in rounds[a + 1:b + 1]) for a, b in zip(probes, probes[1:])]
+    assert len(shares) >= 3
+    assert (max(shares) > 1 / (1 + FIRST_WAIT)) if control else (max(shares) <= 1 / (1 + FIRST_WAIT)), shares
+
+
+@pytest.mark.parametrize("control", [False, True])
 def test_a_paused_undrafted_round_does_not_make_drafting_look_as_if_it_paid(monkeypatch, control):
     """Drafting does not pay (1.5 tokens for twice an undrafted round's time); one undrafted round is paused 400
     times its time (a garbage collection). It counts as at most OUTLIER times the mean, so the gate goes on probing

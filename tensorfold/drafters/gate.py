@@ -21,9 +21,9 @@ that (a round whose drafter found nothing costs an undrafted one), and one that 
 What the gate has not measured yet it tries: a kind of round not yet timed runs next, and a new stream's tokens a
 draft start at the mean of the streams it last saw that had drafted (`prior`: a request after another on the same
 engine does not explore again), or before any at the most a drafted round can give. While drafting does not pay, a
-round drafts anyway (a probe) once the undrafted rounds since the last drafted one have taken `wait` times a drafted
-round's time, so that a stretch of text that repeats, or an emptier round, is seen at a bounded cost: a probe takes
-at most 1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to
+round drafts anyway (a probe) once the undrafted rounds since the last drafted one have taken `wait` times what a
+probe costs, so that a stretch of text that repeats, or an emptier round, is seen at a bounded cost: probes take at
+most 1 / (1 + wait) of the time. A probe that finds drafting still does not pay doubles the wait, up to
 LONGEST_WAIT, and drafting that pays sets it back to FIRST_WAIT.
 
 Behind a gate the drafter is shown the rows a stream keeps (`Drafter.observe`: the block drafter extends its
@@ -32,6 +32,9 @@ untried or in the WATCH rounds before a probe is due (`watching`). The block dra
 features at its context's last rows: a context that lacked the rows just before a drafted round would guess poorly
 there, and the gate would measure that, not what drafting gives, and stop drafting where drafting pays. Between
 probes, while drafting does not pay, its upkeep costs nothing; the rows it missed then leave a gap further back.
+A probe's cost is therefore its drafted round and the upkeep of the WATCH rounds before it: the gate keeps `upkeep`,
+the mean seconds a watched undrafted round takes beyond the undrafted mean (on a GPU the drafter's update can cost
+almost what the round does), and counts a watched round there, not in the undrafted mean.
 
 Drafting never changes what is generated (the engine accepts only the model's own tokens), so the gate changes the
 speed alone.
@@ -55,6 +58,8 @@ class DraftGate:
         self.seen = set()  # kinds of round run at least once (the first is not timed)
         self.wait, self.since_draft = FIRST_WAIT, 0
         self.probed = False  # the last drafted round was a probe
+        self.upkeep = {}  # streams -> mean seconds a watched undrafted round takes beyond the undrafted mean
+        self.watched = False  # the round being timed showed its kept rows to the drafter
         self.started = None
         self.prior = float("inf")  # a new stream's tokens a drafted round: the mean of the last known ones
 
@@ -74,7 +79,7 @@ class DraftGate:
             return True
         if probed:  # the probe found that drafting still does not pay
             self.wait = min(2 * self.wait, LONGEST_WAIT)
-        if self.since_draft * plain >= self.wait * drafted:
+        if self.since_draft * plain >= self.wait * self.probe(streams, drafted):
             self.probed = True
             return True
         return False
@@ -84,9 +89,14 @@ class DraftGate:
         undrafted rounds are unmeasured (the first drafted round follows), or when a probe is due within WATCH
         rounds."""
         drafted, plain = self.seconds.get((streams, True)), self.seconds.get((streams, False))
-        if plain is None or drafted is None:
-            return True
-        return (self.since_draft + WATCH) * plain >= self.wait * drafted
+        shown = plain is None or drafted is None or (
+            (self.since_draft + WATCH) * plain >= self.wait * self.probe(streams, drafted))
+        self.watched |= shown
+        return shown
+
+    def probe(self, streams: int, drafted: float) -> float:
+        """Seconds a probe costs: its drafted round, and the upkeep of the WATCH rounds before it."""
+        return drafted + WATCH * self.upkeep.get(streams, 0.0)
 
     def tokens_after(self, mean: float | None, tokens: int, measured: int) -> tuple:
         """A stream's (mean tokens a drafted round, rounds that mean is over) after a drafted round that gave it
@@ -99,7 +109,7 @@ class DraftGate:
 
     def start(self) -> None:
         """A decode round begins (after `drafts`)."""
-        self.started = self.clock()
+        self.started, self.watched = self.clock(), False
 
     def finish(self, streams: int, drafted: bool, recorded: bool) -> None:
         """The round `start` began is done; `recorded`: it made a recording, so its time is not its kind's."""
@@ -109,7 +119,11 @@ class DraftGate:
             mean = self.seconds.get(kind)
             if mean is not None and not drafted:  # while drafting pays no undrafted round runs to correct a pause
                 seconds = min(seconds, OUTLIER * mean)
-            self.seconds[kind] = seconds if mean is None else mean + WEIGHT * (seconds - mean)
+            if mean is not None and not drafted and self.watched:  # beyond the undrafted mean: the probe's cost
+                upkeep, extra = self.upkeep.get(streams), max(0.0, seconds - mean)
+                self.upkeep[streams] = extra if upkeep is None else upkeep + WEIGHT * (extra - upkeep)
+            else:
+                self.seconds[kind] = seconds if mean is None else mean + WEIGHT * (seconds - mean)
         self.seen.add(kind)
         self.since_draft = 0 if drafted else self.since_draft + 1
 
