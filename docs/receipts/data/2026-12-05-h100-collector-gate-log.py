@@ -25,6 +25,7 @@ class LogGate(DraftGate):
         seconds = self.clock() - self.started
         super().finish(streams, drafted, recorded)
         note = getattr(self, "note", {})
+        LogGate.last_upkeep = getattr(self, "upkeep", None)
         log.append((drafted, note.get("probe"), note.get("watched"), recorded, seconds, self.wait,
                     self.seconds.get((streams, True)), self.seconds.get((streams, False))))
 
@@ -44,4 +45,4 @@ for attempt in range(2):
     for k, v in sorted(kinds.items()):
         print(f"  {k:5} {len(v):5} rounds, {1e3 * sum(v):8.2f} ms, mean {1e3 * sum(v) / len(v):.3f} ms", flush=True)
     print("  seq: " + "".join("D" if d else ("w" if w else ".") for d, p, w, r, *_ in log), flush=True)
-    print("  wait/means at end:", log[-1][5:] if log else None, flush=True)
+    print("  wait/means at end:", log[-1][5:] if log else None, "upkeep", getattr(drafters.DraftGate, "last_upkeep", None), flush=True)
