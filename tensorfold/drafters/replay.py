@@ -75,6 +75,7 @@ class DraftGraphs:
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
         self.recorded = self.replayed = 0  # counts, for tests
         self.staging = [self.ops.zeros((c.block_size, c.hidden_size)) for _ in range(c.num_taps)]
+        self.staged_rows = {}  # rows -> the staging buffers' first rows, sliced once (a slice costs the host)
         # rope's frequencies are uploaded on first use, which a recording refuses: one eager rope uploads them now
         self.ops.rope(self.ops.zeros((1, 1, c.head_dim)), [0], c.head_dim, c.rope_theta)
 
@@ -98,8 +99,10 @@ class DraftGraphs:
         given, staged = features[0].shape[0], self.staging[0].shape[0]
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
         self.model.reserve(context, staged)
-        for staging, feature in zip(self.staging, features):
-            self.ops.copy_into(staging if given == staged else staging[:given], feature)
+        if given not in self.staged_rows:
+            self.staged_rows[given] = [s if given == staged else s[:given] for s in self.staging]
+        for staging, feature in zip(self.staged_rows[given], features):
+            self.ops.copy_into(staging, feature)
         key = ("extend", tuple(id(b) for b in context.buffers()))
         recorded = self._recording(key, lambda: self._record_extend(context))
         self._replay(recorded, extend_table(context.length, position, staged))
