@@ -261,3 +261,23 @@ def test_a_replayed_window_holds_the_drafters_block_not_max_draft(target, three_
         engine.run_round()
     drafted = {rows for key in engine.graphs.recordings for rows, _ in key[1]} - {1}  # (a one-row round's: 1)
     assert drafted == ({3} if bounded else {6})
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_every_lanes_recordings_fit_beside_the_others(target, drafter_model, fits, monkeypatch):
+    """Two lanes draft in the same rounds with room for one context's recordings at first: each new context grows
+    the room (`DraftGraphs.fit`), so after each lane's first proposal and extend nothing is recorded again. Control:
+    without the growth, least-recently-used drops each lane's recordings just before its next use, and every
+    proposal and extend records anew."""
+    if not fits:
+        monkeypatch.setattr("tensorfold.drafters.replay.RECORDINGS_A_CONTEXT", 0)
+    drafter = BlockDrafter(drafter_model, "chain", graphs=True)
+    drafter.graphs.capacity = 2  # one context's proposal and extend
+    engine = Engine(target, parallel=2, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=True)
+    requests = [engine.submit(prompt, SamplingParams(max_tokens=4, stop_ids=())) for prompt in (PROMPT, PROMPT[::-1])]
+    while any(r.finish_reason is None for r in requests):
+        engine.run_round()
+    drafted = sum(r.stats.draft_rounds for r in requests)
+    assert drafted >= 4
+    assert (drafter.graphs.recorded == 4) if fits else (drafter.graphs.recorded >= drafted), (drafter.graphs.recorded,
+                                                                                                drafted)

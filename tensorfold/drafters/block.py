@@ -211,6 +211,7 @@ class BlockDrafter(Drafter):
         self.model, self.shape, self.rows, self.chain_first = model, shape, rows, chain_first
         self.taps = tuple(model.config.target_layer_ids)
         self.graphs = DraftGraphs(model) if replays_decode_rounds(model.ops, graphs) else None
+        self.contexts = 0  # contexts made (an engine makes one a lane, then resets it in place)
 
     @property
     def recordings(self) -> int:
@@ -222,6 +223,9 @@ class BlockDrafter(Drafter):
         return self.rows
 
     def new_stream(self) -> DraftContext:
+        self.contexts += 1
+        if self.graphs is not None:  # room for every context's recordings (drafters/replay.py)
+            self.graphs.fit(self.contexts)
         return self.model.new_context()
 
     def reset(self, state: DraftContext) -> DraftContext:

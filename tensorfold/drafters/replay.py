@@ -28,7 +28,10 @@ recording when its buffers grow, when a new stream comes, and for each block hei
 near a request's end). At most `capacity` recordings are kept, the least recently used dropped first: each holds
 its block's activations, its logits [rows - 1, V] and its attention partials, and keeps its context's buffers
 alive until it is dropped, so a smaller `capacity` bounds that memory, a larger one records less often with many
-streams.
+streams. Each stream's context needs RECORDINGS_A_CONTEXT at once (its proposal and its extend, every round), so
+the capacity grows with the contexts made (`fit`): the streams of a round touch their recordings in turn, and
+with fewer places than that, least-recently-used would drop each recording just before its next use and every
+proposal and extend would record anew.
 
 Every replay computes the bits the eager path computes: the same kernels in the same order on the same values
 (the eager path uploads the same tables; tests/test_draft_replay.py checks ids, log-probabilities and keys bytes).
@@ -65,6 +68,9 @@ def extend_table(length: int, position: int, rows: int) -> np.ndarray:
     return np.array([position + slots, length + slots], np.int32)
 
 
+RECORDINGS_A_CONTEXT = 2  # a stream's proposal and its extend
+
+
 class DraftGraphs:
     """Recorded proposals and extends of one drafter (on a backend that `can_record`), keyed by their contexts'
     buffers; at most `capacity`, the least recently used dropped first."""
@@ -78,6 +84,10 @@ class DraftGraphs:
         self.staged_rows = {}  # rows -> the staging buffers' first rows, sliced once (a slice costs the host)
         # rope's frequencies are uploaded on first use, which a recording refuses: one eager rope uploads them now
         self.ops.rope(self.ops.zeros((1, 1, c.head_dim)), [0], c.head_dim, c.rope_theta)
+
+    def fit(self, contexts: int) -> None:
+        """Room for the recordings of `contexts` streams' contexts used together (never less than before)."""
+        self.capacity = max(self.capacity, RECORDINGS_A_CONTEXT * contexts)
 
     def propose(self, context, root_id: int, rows: int, start: int, k: int) -> tuple:
         """ops.topk(model.block_logits(context, root_id, rows, start), k), from its recording: host (ids, logprobs)."""
