@@ -25,8 +25,8 @@ import secrets
 import threading
 import time
 
-from tensorfold.drafters.base import Drafter
 from tensorfold.device.collector import settle
+from tensorfold.drafters.base import Drafter
 from tensorfold.drafters.gate import DraftGate
 from tensorfold.errors import TensorfoldError
 from tensorfold.model.cache import KeepPolicy, pending_row_bytes

@@ -110,7 +110,7 @@ class DraftGraphs:
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
         self.model.reserve(context, staged)
         if given not in self.staged_rows:
-            self.staged_rows[given] = [s if given == staged else s[:given] for s in self.staging]
+            self.staged_rows[given] = [s[:given] for s in self.staging]
         for staging, feature in zip(self.staged_rows[given], features):
             self.ops.copy_into(staging, feature)
         key = ("extend", tuple(id(b) for b in context.buffers()))
