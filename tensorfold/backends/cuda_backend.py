@@ -7,6 +7,7 @@ import dataclasses
 import os
 
 import numpy as np
+from numba.cuda.cudadrv.driver import device_memset  # under the simulator, its own form
 
 from tensorfold.backends.numpy_backend import grown_rows
 from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, moe, sampling
@@ -66,7 +67,11 @@ class CudaBackend:
         return dataclasses.replace(host, **parts)
 
     def zeros(self, shape):
-        return self._device(np.zeros(shape, np.float32))
+        """A new device array of zeros, filled on the device (a prompt's fresh states: no host copy to wait for)."""
+        array = self.cuda.device_array(shape, np.float32, stream=self.stream)
+        if array.size:
+            device_memset(array, 0, array.nbytes, stream=self.stream)
+        return array
 
     def empty(self, shape):
         """A new device array, its values unset (for outputs the windows of a round write part by part)."""
