@@ -68,7 +68,7 @@ class CudaBackend:
 
     def zeros(self, shape):
         """A new device array of zeros, filled on the device (a prompt's fresh states: no host copy to wait for)."""
-        if SIMULATED:  # the simulator's memset fills through NumPy, which its device arrays do not lend here
+        if SIMULATED:  # the simulator's memset fills through NumPy methods a GPU's device array lacks (and tests')
             return self._device(np.zeros(shape, np.float32))
         array = self.cuda.device_array(shape, np.float32, stream=self.stream)
         if array.size:
