@@ -104,7 +104,7 @@ def launched(x, w, bits, group_size, **options):
     return [p.copy_to_host() for p in y] if isinstance(y, list) else y.copy_to_host()
 
 
-SHAPES = [(1, 4, 32), (3, 4, 64), (16, 8, 32), (17, 4, 32), (40, 8, 64), (1, 8, 32), (9, 8, 64)]
+SHAPES = [(1, 4, 32), (3, 4, 64), (16, 8, 32), (17, 4, 32), (24, 4, 64), (40, 8, 64), (1, 8, 32), (9, 8, 64)]
 
 
 @pytest.mark.parametrize("rows,bits,group_size", SHAPES)
@@ -134,4 +134,7 @@ def test_kernel_in_parts_and_gated():
 
 def test_kernel_shapes():
     assert kernel_shape(1, 4, 64, 2048) == (4, 1, 2) and kernel_shape(16, 8, 64, 2048) == (4, 2, 2)
-    assert kernel_shape(3, 4, 32, 96) == (1, 1, 2) and kernel_shape(512, 4, 64, 2048) == (1, 4, 4)
+    assert kernel_shape(3, 4, 32, 96) == (1, 1, 2)
+    # a prompt's step: one group of 64 columns (8-byte loads of 4-bit codes, 16-byte of 8-bit), or a narrower group's
+    assert kernel_shape(512, 4, 64, 2048) == (2, 4, 4) and kernel_shape(512, 8, 64, 2048) == (4, 4, 4)
+    assert kernel_shape(512, 4, 32, 2048) == (1, 4, 4) and kernel_shape(512, 8, 32, 2048) == (2, 4, 4)

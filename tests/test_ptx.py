@@ -1,9 +1,9 @@
 """The PTX intrinsics (tensorfold/cuda/ptx.py) against NumPy: the tensor-core tile, fragment layout included, and the
-16-byte load. Under the simulator these check the Python forms the kernels run in CI; under --gpu the hardware."""
+16- and 8-byte loads. Under the simulator these check the Python forms the kernels run in CI; under --gpu the hardware."""
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.ptx import load16, mma_s8u8
+from tensorfold.cuda.ptx import load8, load16, mma_s8u8
 
 
 @cuda.jit
@@ -22,6 +22,13 @@ def load_kernel(words, starts, out):
         got = load16(words, np.uint64(starts[i]))
         for w in range(4):
             out[i, w] = got[w]
+
+
+@cuda.jit
+def load8_kernel(words, starts, out):
+    i = cuda.grid(1)
+    if i < starts.shape[0]:
+        out[i, 0], out[i, 1] = load8(words, np.uint64(starts[i]))
 
 
 def word(values):
@@ -96,3 +103,13 @@ def test_load16_equals_the_words():
     load_kernel[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
     assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + 4] for s in starts]))
     assert not np.array_equal(out.copy_to_host()[1], words[5:9]), "control: the next words differ"
+
+
+def test_load8_equals_the_words():
+    rng = np.random.default_rng(3)
+    words = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    starts = np.array([0, 2, 34, 62], np.int64)
+    out = cuda.to_device(np.zeros((4, 2), np.uint32))
+    load8_kernel[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
+    assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + 2] for s in starts]))
+    assert not np.array_equal(out.copy_to_host()[1], words[3:5]), "control: the next words differ"

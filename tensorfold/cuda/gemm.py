@@ -37,7 +37,8 @@ columns in even/odd order; x's digits are laid out in that same order (quantize.
 sum does not care which column comes first, only that A and B agree). When a step's columns cover several groups,
 lane t holds group t * halves / 4, and each group's digits go in an A row of their own (zero in the other lanes). A
 round's rows (up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk takes
-4-byte loads (one group an mma) and several tiles of rows a warp, reusing each B register. A block works on one
+steps of one group where the group is that wide (8-byte loads of 4-bit codes, 16-byte of digits; no mma carries a
+zero A row) and several tiles of rows a warp, reusing each B register. A block works on one
 chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in chunk order and
 writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for
 stacked projections (`output_index`).
@@ -50,7 +51,7 @@ from numba import cuda
 
 from tensorfold.cuda.fmath import silu32
 from tensorfold.cuda.gemv import PARTS, output_index
-from tensorfold.cuda.ptx import load16, mma_s8u8
+from tensorfold.cuda.ptx import load8, load16, mma_s8u8
 from tensorfold.cuda.quantize import LIMBS, P, launch_quantize, quantize_x, step_shape
 from tensorfold.device.grid import BLOCK, blocks_for, flat
 from tensorfold.device.launch import kernel
@@ -108,17 +109,26 @@ PROMPT_TILES = 4  # and of the prompt kernel
 
 
 @cuda.jit(device=True)
-def load_words(source, at, count, sixteen, target, first):
-    """target[first:first + count] = source[at:at + count] of uint32 arrays: 16-byte loads where `sixteen` (count and
-    at multiples of 4), else word by word."""
-    if sixteen:
+def load_words(source, at, count, width, target, first):
+    """target[first:first + count] = source[at:at + count] of uint32 arrays in loads of `width` words: 16-byte loads
+    for 4 (count and at multiples of 4), 8-byte loads for 2 (multiples of 2), else word by word."""
+    if width == 4:
         for u4 in range(count // 4):
             got = load16(source, at + np.uint64(4 * u4))
             for u in range(4):
                 target[first + 4 * u4 + u] = got[u]
+    elif width == 2:
+        for u2 in range(count // 2):
+            pair = load8(source, at + np.uint64(2 * u2))
+            target[first + 2 * u2], target[first + 2 * u2 + 1] = pair[0], pair[1]
     else:
         for u in range(count):
             target[first + u] = source[at + np.uint64(u)]
+
+
+def load_width(words):
+    """The widest load (4, 2 or 1 words) that `words` consecutive words at a multiple of `words` take whole."""
+    return 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
 
 
 @functools.cache
@@ -137,7 +147,7 @@ def tile_products(bits, group_size, words, row_halves, tiles):
     tile_mmas = -(-combos // 2)  # mmas a tile of outputs and a mma of the step
     lane_words = 2 * mmas  # words of digits a lane reads a step, a digit row
     accumulators = tiles * tile_mmas * 4
-    sixteen = lane_words % 4 == 0 and words % 4 == 0  # 16-byte loads of digits and of codes
+    code_width, digit_width = load_width(words), load_width(lane_words)  # the widest loads a lane's words allow
     low = np.uint32(0x0F0F0F0F)
     # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
     group_slots, digit_slots, partial_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
@@ -184,10 +194,10 @@ def tile_products(bits, group_size, words, row_halves, tiles):
             chunk_steps = CHUNK_COLUMNS // span
             for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
                 for n in range(tiles):  # the codes of output g, this lane's words of the step
-                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, sixteen, b_words,
+                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width, b_words,
                                n * words)
                 for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
-                    load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, sixteen, a_words,
+                    load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
                                q * lane_words)
                 for m in range(mmas):
                     for n in range(tiles):
@@ -291,8 +301,11 @@ def kernel_shape(rows, bits, group_size, columns):
     """(words of codes a lane a step, row halves, output tiles a warp) of a call: a round's rows (up to ROUND_ROWS)
     one tile of 8 or 16 rows and the widest step whose groups a lane can hold; more rows, the prompt kernel's
     tiles and steps of one group an mma."""
-    if rows > ROUND_ROWS:
-        return (1 if bits == 4 else 2), PROMPT_ROW_HALVES, PROMPT_TILES
+    if rows > ROUND_ROWS:  # the widest step inside one group: every combination of an mma is some lane's own
+        for words in ((2, 1) if bits == 4 else (4, 2)):
+            span = step_shape(bits, words)[0]
+            if columns % span == 0 and group_size % span == 0 or words == 1 + (bits == 8):
+                return words, PROMPT_ROW_HALVES, PROMPT_TILES
     for words in ((4, 2, 1) if bits == 4 else (4, 2)):
         span = step_shape(bits, words)[0]
         if columns % span == 0 and 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0):

@@ -8,7 +8,8 @@
   The sums are exact integers (int32 wraps only past 2^31, which no caller reaches).
 * `load16`: four uint32 words of a global array in one 16-byte load (`ld.global.nc.v4.u32`, the read-only
   path); the index is a word index, a multiple of 4 (the address must be 16-byte aligned). numba reads an array
-  element by element, at most 8 bytes a load.
+  element by element, at most 8 bytes a load. `load8`: two words in one 8-byte load (`ld.global.nc.v2.u32`), the
+  index a multiple of 2 (numba would read a uint32 array's words one by one).
 
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
 cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
@@ -60,6 +61,22 @@ if not SIMULATED:
             return context.make_tuple(builder, signature.return_type, [builder.extract_value(out, i) for i in range(4)])
 
         return sig, codegen
+
+    @intrinsic
+    def load8(typingctx, array, index):
+        """(w0, w1) = array[index:index + 2] of a uint32 array, one 8-byte load (index a multiple of 2)."""
+        sig = types.UniTuple(types.uint32, 2)(array, types.uint64)
+
+        def codegen(context, builder, signature, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+            address = builder.add(builder.ptrtoint(data, i64), builder.mul(args[1], ir.Constant(i64, 4)))
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 2), [i64]),
+                               "ld.global.nc.v2.u32 {$0,$1}, [$2];", "=r,=r,l")
+            out = builder.call(asm, [address])
+            return context.make_tuple(builder, signature.return_type, [builder.extract_value(out, i) for i in range(2)])
+
+        return sig, codegen
 else:
     # Where A[row, k] and B[k, column] sit in the warp's registers: (lane, register, byte) per element.
     _K = np.arange(32)
@@ -92,3 +109,9 @@ else:
         """The simulator's form: the four words, read one by one."""
         i = int(index)
         return np.uint32(array[i]), np.uint32(array[i + 1]), np.uint32(array[i + 2]), np.uint32(array[i + 3])
+
+    @cuda.jit(device=True)
+    def load8(array, index):
+        """The simulator's form: the two words, read one by one."""
+        i = int(index)
+        return np.uint32(array[i]), np.uint32(array[i + 1])
