@@ -194,8 +194,8 @@ def tile_products(bits, group_size, words, row_halves, tiles):
             chunk_steps = CHUNK_COLUMNS // span
             for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
                 for n in range(tiles):  # the codes of output g, this lane's words of the step
-                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width, b_words,
-                               n * words)
+                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
+                               b_words, n * words)
                 for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
                     load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
                                q * lane_words)
