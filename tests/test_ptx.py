@@ -1,5 +1,6 @@
 """The PTX intrinsics (tensorfold/cuda/ptx.py) against NumPy: the tensor-core tile, fragment layout included, and
-the 16- and 8-byte loads. Under the simulator these check the Python forms the kernels run in CI; under --gpu the hardware."""
+the 16- and 8-byte loads. Under the simulator these check the Python forms the kernels run in CI; under --gpu the
+hardware."""
 import numpy as np
 from numba import cuda
 
