@@ -300,8 +300,8 @@ def combine_kernel(gated):
 def kernel_shape(rows, bits, group_size, columns):
     """(words of codes a lane a step, row halves, output tiles a warp) of a call: a round's rows (up to ROUND_ROWS)
     one tile of 8 or 16 rows and the widest step whose groups a lane can hold; more rows, the prompt kernel's
-    tiles and steps of one group an mma."""
-    if rows > ROUND_ROWS:  # the widest step inside one group: every combination of an mma is some lane's own
+    tiles and the widest step inside one group (so every combination of an mma is some lane's own: no zero A rows)."""
+    if rows > ROUND_ROWS:
         for words in ((2, 1) if bits == 4 else (4, 2)):
             span = step_shape(bits, words)[0]
             if columns % span == 0 and group_size % span == 0 or words == 1 + (bits == 8):
