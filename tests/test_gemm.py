@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from tensorfold.cuda.fmath import exact_float64, power_of_two
 from tensorfold.cuda.gemm import CHUNK_COLUMNS, gemm_affine, kernel_shape, launch_gemm
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import LIMBS, P, digit_position, launch_quantize, quantize_x
@@ -138,3 +139,24 @@ def test_kernel_shapes():
     # a prompt's step: one group of 64 columns (8-byte loads of 4-bit codes, 16-byte of 8-bit), or a narrower group's
     assert kernel_shape(512, 4, 64, 2048) == (2, 4, 4) and kernel_shape(512, 8, 64, 2048) == (4, 4, 4)
     assert kernel_shape(512, 4, 32, 2048) == (1, 4, 4) and kernel_shape(512, 8, 32, 2048) == (2, 4, 4)
+
+
+@cuda.jit
+def bits_kernel(integers, exponents, converted, powers):
+    i = cuda.grid(1)
+    if i < integers.shape[0]:
+        converted[i] = exact_float64(integers[i])
+        powers[i] = power_of_two(exponents[i])
+
+
+def test_float64_from_bits():
+    """The combination's conversions (fmath.exact_float64, power_of_two) equal float64(n) and ldexp(1, k) over the
+    ranges the GEMM gives them: D below 2^37, S below 2^29, 2^(e - P) for every float32 exponent."""
+    rng = np.random.default_rng(5)
+    integers = np.concatenate([rng.integers(-2**37, 2**37, 300), [0, 1, -1, 2**37, -2**37]]).astype(np.int64)
+    exponents = np.resize(np.arange(-149 - P, 129 - P, dtype=np.int32), len(integers))
+    converted, powers = cuda.device_array(len(integers)), cuda.device_array(len(integers))
+    bits_kernel[1, len(integers)](cuda.to_device(integers), cuda.to_device(exponents), converted, powers)
+    assert np.array_equal(converted.copy_to_host(), integers.astype(np.float64))
+    assert np.array_equal(powers.copy_to_host(), np.ldexp(1.0, exponents))
+    assert not np.array_equal(powers.copy_to_host(), np.ldexp(1.0, exponents + 1)), "control: a power off by one"

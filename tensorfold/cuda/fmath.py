@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 from numba import cuda
+from numba.cuda import libdevice
 
 from tensorfold.device import SIMULATED
 from tensorfold.numerics.floats import fma_rn_twin
@@ -49,6 +50,35 @@ else:
     def fma_rn(a, b, c):
         """a * b + c with one rounding to float32: the GPU's fma.rn.f32 (all three arguments float32)."""
         return cuda.fma(a, b, c)
+
+
+# Exact float64 values from integer bits, where a conversion instruction costs more (the exact GEMM converts an
+# integer and forms a power of two for every row, output and group; a conversion to float64 is a quarter-rate
+# instruction, and math.ldexp branches on overflow and subnormals). Under the simulator the bits are a NumPy view.
+if SIMULATED:
+    def float64_bits(bits):
+        """The float64 whose bits are the int64 `bits` (a plain function: see fma_rn)."""
+        return np.int64(bits).view(np.float64)
+else:
+    @cuda.jit(device=True)
+    def float64_bits(bits):
+        """The float64 whose bits are the int64 `bits`."""
+        return libdevice.longlong_as_double(bits)
+
+WHOLE = 2.0 ** 52 + 2.0 ** 51  # float64's unit is 1 from 2^52 to 2^53: WHOLE + n is exact for |n| < 2^51
+WHOLE_BITS = np.int64(0x4338000000000000)  # WHOLE's bits, whose low bits n adds to make WHOLE + n
+
+
+@cuda.jit(device=True)
+def exact_float64(n):
+    """float64(n) for an integer |n| < 2^51: an integer add into WHOLE's significand and one exact subtraction."""
+    return float64_bits(WHOLE_BITS + np.int64(n)) - WHOLE
+
+
+@cuda.jit(device=True)
+def power_of_two(k):
+    """2.0 ** k for -1022 <= k <= 1023 (a normal float64), its exponent field written directly."""
+    return float64_bits((np.int64(k) + np.int64(1023)) << np.int64(52))
 
 
 @cuda.jit(device=True)

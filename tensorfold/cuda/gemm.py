@@ -44,12 +44,11 @@ writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then 
 stacked projections (`output_index`).
 """
 import functools
-import math
 
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.fmath import silu32
+from tensorfold.cuda.fmath import exact_float64, power_of_two, silu32
 from tensorfold.cuda.gemv import PARTS, output_index
 from tensorfold.cuda.ptx import load8, load16, mma_s8u8
 from tensorfold.cuda.quantize import LIMBS, P, launch_quantize, quantize_x, step_shape
@@ -216,13 +215,13 @@ def tile_products(bits, group_size, words, row_halves, tiles):
                             acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
                 if (s + 1) % steps_a_group == 0:  # the step ends its groups: add them to the partial sums, in order
                     first_group = s * span // group_size
-                    for n in range(tiles):
-                        for rho in range(row_halves):
-                            row = np.uint64(x_rows[rho] * groups)
-                            for h in range(halves):
-                                group = np.uint64(first_group + h)
-                                power = math.ldexp(1.0, int(exponents[row + group]) - P)
-                                S = np.float64(sums[row + group])
+                    for rho in range(row_halves):
+                        row = np.uint64(x_rows[rho] * groups)
+                        for h in range(halves):
+                            group = np.uint64(first_group + h)
+                            power = power_of_two(exponents[row + group] - P)
+                            S = exact_float64(sums[row + group])
+                            for n in range(tiles):
                                 for oo in range(2):
                                     c = rho * LIMBS * halves + h  # digit 0's combination; digit l's l * halves on
                                     d0 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
@@ -230,10 +229,8 @@ def tile_products(bits, group_size, words, row_halves, tiles):
                                     d1 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
                                     c += halves
                                     d2 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
-                                    # D in int64 (exact), then one conversion to float64 (a quarter-rate
-                                    # instruction) an element instead of three
-                                    D = np.float64(np.int64(d0) + (np.int64(d1) << np.int64(8)) +
-                                                   (np.int64(d2) << np.int64(16)))
+                                    D = exact_float64(np.int64(d0) + (np.int64(d1) << np.int64(8)) +
+                                                      (np.int64(d2) << np.int64(16)))
                                     at = group_rows[n * 2 + oo] + group
                                     value = np.float64(scales[at]) * D + np.float64(biases[at]) * S
                                     partial[(n * row_halves + rho) * 2 + oo] += value * power
