@@ -28,20 +28,21 @@ sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop
 The kernels: quantize.py's `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, which the twin
 runs); `tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight
 rows its caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
-`combine_kernel` finishes. A warp's tile is 8 outputs (the mma's columns) by the rows of 8 * `row_halves` rows: lane
-(g, t) feeds the weights of output g and the digits of rows g + 8 * rho, and gets back outputs 2t and 2t + 1 of
-every row and digit it fed, so the combination above stays in the lane. The mma's 16 A rows carry (row, digit,
-group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu + xi. A step is one load of `words` words of
-codes a lane; a word of eight 4-bit codes is two B registers, `w & 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the
-columns in even/odd order; x's digits are laid out in that same order (quantize.py's `digit_position`: an integer
-sum does not care which column comes first, only that A and B agree). When a step's columns cover several groups,
-lane t holds group t * halves / 4, and each group's digits go in an A row of their own (zero in the other lanes). A
-round's rows (up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk takes
-steps of one group where the group is that wide (8-byte loads of 4-bit codes, 16-byte of digits; no mma carries a
-zero A row) and several tiles of rows a warp, reusing each B register. A block works on one
-chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in chunk order and
-writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for
-stacked projections (`output_index`).
+`combine_kernel` finishes. The combination builds D, S and 2^(e - P) from their bits (fmath's `exact_float64` and
+`power_of_two`): no conversion instruction, no branch, the same values. A warp's tile is 8 outputs (the mma's
+columns) by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows g +
+8 * rho, and gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in the
+lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu
++ xi. A step is one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers, `w &
+0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
+(quantize.py's `digit_position`: an integer sum does not care which column comes first, only that A and B agree).
+When a step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A
+row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once
+whatever their count; a prompt chunk takes steps of one group where the group is that wide (8-byte loads of 4-bit
+codes, 16-byte of digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register. A
+block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in
+chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part
+whole for stacked projections (`output_index`).
 """
 import functools
 
