@@ -2,6 +2,7 @@
 the 16- and 8-byte loads. Under the simulator these check the Python forms the kernels run in CI; under --gpu the
 hardware."""
 import numpy as np
+import pytest
 from numba import cuda
 
 from tensorfold.cuda.ptx import load8, load16, mma_s8u8
@@ -16,20 +17,16 @@ def tile_kernel(a, b, c, order, d):
         d[lane, i] = out[i]
 
 
-@cuda.jit
-def load_kernel(words, starts, out):
-    i = cuda.grid(1)
-    if i < starts.shape[0]:
-        got = load16(words, np.uint64(starts[i]))
-        for w in range(4):
-            out[i, w] = got[w]
-
-
-@cuda.jit
-def load8_kernel(words, starts, out):
-    i = cuda.grid(1)
-    if i < starts.shape[0]:
-        out[i, 0], out[i, 1] = load8(words, np.uint64(starts[i]))
+def load_kernel(load, count):
+    """A kernel that writes load(words, starts[i]) to out[i] (count words) for every start."""
+    @cuda.jit
+    def run(words, starts, out):
+        i = cuda.grid(1)
+        if i < starts.shape[0]:
+            got = load(words, np.uint64(starts[i]))
+            for w in range(count):
+                out[i, w] = got[w]
+    return run
 
 
 def word(values):
@@ -96,21 +93,12 @@ def test_control_a_mislaid_register_fails():
     assert not np.array_equal(run_tile(a, b, c, order=(0, 2, 1, 3)), a @ b)
 
 
-def test_load16_equals_the_words():
-    rng = np.random.default_rng(2)
+@pytest.mark.parametrize("load,count", [(load16, 4), (load8, 2)])
+def test_vector_load_equals_the_words(load, count):
+    rng = np.random.default_rng(count)
     words = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
-    starts = np.array([0, 4, 32, 60], np.int64)
-    out = cuda.to_device(np.zeros((4, 4), np.uint32))
-    load_kernel[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
-    assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + 4] for s in starts]))
-    assert not np.array_equal(out.copy_to_host()[1], words[5:9]), "control: the next words differ"
-
-
-def test_load8_equals_the_words():
-    rng = np.random.default_rng(3)
-    words = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
-    starts = np.array([0, 2, 34, 62], np.int64)
-    out = cuda.to_device(np.zeros((4, 2), np.uint32))
-    load8_kernel[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
-    assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + 2] for s in starts]))
-    assert not np.array_equal(out.copy_to_host()[1], words[3:5]), "control: the next words differ"
+    starts = np.array([0, count, 32, 64 - count], np.int64)
+    out = cuda.to_device(np.zeros((4, count), np.uint32))
+    load_kernel(load, count)[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
+    assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + count] for s in starts]))
+    assert not np.array_equal(out.copy_to_host()[1], words[count + 1:2 * count + 1]), "control: the next words differ"

@@ -46,37 +46,31 @@ if not SIMULATED:
 
         return sig, codegen
 
-    @intrinsic
-    def load16(typingctx, array, index):
-        """(w0, w1, w2, w3) = array[index:index + 4] of a uint32 array, one 16-byte load (index a multiple of 4)."""
-        sig = types.UniTuple(types.uint32, 4)(array, types.uint64)
+    def vector_load(count):
+        """An intrinsic (w0, .., w{count-1}) = array[index:index + count] of a uint32 array in one load of `count`
+        words (`ld.global.nc.v{count}.u32`; index a multiple of count, so that the address is aligned)."""
+        outputs = ",".join(f"${i}" for i in range(count))
+        text = f"ld.global.nc.v{count}.u32 {{{outputs}}}, [${count}];"
+        constraints = ",".join(["=r"] * count + ["l"])
 
-        def codegen(context, builder, signature, args):
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
-            address = builder.add(builder.ptrtoint(data, i64), builder.mul(args[1], ir.Constant(i64, 4)))
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 4), [i64]),
-                               "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,l")
-            out = builder.call(asm, [address])
-            return context.make_tuple(builder, signature.return_type, [builder.extract_value(out, i) for i in range(4)])
+        @intrinsic
+        def load(typingctx, array, index):
+            sig = types.UniTuple(types.uint32, count)(array, types.uint64)
 
-        return sig, codegen
+            def codegen(context, builder, signature, args):
+                i32, i64 = ir.IntType(32), ir.IntType(64)
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.add(builder.ptrtoint(data, i64), builder.mul(args[1], ir.Constant(i64, 4)))
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * count), [i64]), text, constraints)
+                out = builder.call(asm, [address])
+                words = [builder.extract_value(out, i) for i in range(count)]
+                return context.make_tuple(builder, signature.return_type, words)
 
-    @intrinsic
-    def load8(typingctx, array, index):
-        """(w0, w1) = array[index:index + 2] of a uint32 array, one 8-byte load (index a multiple of 2)."""
-        sig = types.UniTuple(types.uint32, 2)(array, types.uint64)
+            return sig, codegen
 
-        def codegen(context, builder, signature, args):
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
-            address = builder.add(builder.ptrtoint(data, i64), builder.mul(args[1], ir.Constant(i64, 4)))
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 2), [i64]),
-                               "ld.global.nc.v2.u32 {$0,$1}, [$2];", "=r,=r,l")
-            out = builder.call(asm, [address])
-            return context.make_tuple(builder, signature.return_type, [builder.extract_value(out, i) for i in range(2)])
+        return load
 
-        return sig, codegen
+    load16, load8 = vector_load(4), vector_load(2)
 else:
     # Where A[row, k] and B[k, column] sit in the warp's registers: (lane, register, byte) per element.
     _K = np.arange(32)
