@@ -37,12 +37,13 @@ lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8
 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
 (quantize.py's `digit_position`: an integer sum does not care which column comes first, only that A and B agree).
 When a step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A
-row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once
-whatever their count; a prompt chunk takes steps of one group where the group is that wide (8-byte loads of 4-bit
-codes, 16-byte of digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register. A
-block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in
-chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part
-whole for stacked projections (`output_index`).
+row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads, read the weights once
+whatever their count and load each step's words during the step before's products (`ahead`); a prompt chunk takes
+steps of one group where the group is that wide (8-byte loads of 4-bit codes, 16-byte of digits; no mma carries a
+zero A row) and several tiles of rows a warp, reusing each B register. A block works on one chunk of K (the grid's
+third axis) and writes its float64 partial sums; the combine adds them in chunk order and writes the float32
+outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for stacked projections
+(`output_index`).
 """
 import functools
 
