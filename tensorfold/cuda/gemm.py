@@ -37,13 +37,12 @@ lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8
 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
 (quantize.py's `digit_position`: an integer sum does not care which column comes first, only that A and B agree).
 When a step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A
-row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads, read the weights once
-whatever their count and load each step's words during the step before's products (`ahead`); a prompt chunk takes
-steps of one group where the group is that wide (8-byte loads of 4-bit codes, 16-byte of digits; no mma carries a
-zero A row) and several tiles of rows a warp, reusing each B register. A block works on one chunk of K (the grid's
-third axis) and writes its float64 partial sums; the combine adds them in chunk order and writes the float32
-outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for stacked projections
-(`output_index`).
+row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once
+whatever their count; a prompt chunk takes steps of one group where the group is that wide (8-byte loads of 4-bit
+codes, 16-byte of digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register. A
+block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in
+chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part
+whole for stacked projections (`output_index`).
 """
 import functools
 
@@ -153,7 +152,6 @@ def tile_products(bits, group_size, words, row_halves, tiles):
     # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
     group_slots, digit_slots, partial_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
     a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words
-    ahead = row_halves < PROMPT_ROW_HALVES  # a round's warp loads the next step during this one's products
 
     @cuda.jit(device=True)
     def a_word(a_words, c, j, m, mine):
@@ -163,16 +161,6 @@ def tile_products(bits, group_size, words, row_halves, tiles):
             return np.uint32(0)
         q = c // halves % LIMBS * row_halves + c // halves // LIMBS  # the digit row (l, rho) of a_words
         return a_words[q * lane_words + m * 2 + j]
-
-    @cuda.jit(device=True)
-    def load_step(s, digits, digit_rows, packed, weight_rows, t, a_words, b_words):
-        """The lane's words of step s: the codes of output g of each tile, the digits of rows g + 8 rho."""
-        for n in range(tiles):
-            load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width, b_words,
-                       n * words)
-        for q in range(LIMBS * row_halves):
-            load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
-                       q * lane_words)
 
     @cuda.jit(device=True)
     def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
@@ -197,8 +185,6 @@ def tile_products(bits, group_size, words, row_halves, tiles):
         partial = cuda.local.array(partial_slots, np.float64)
         a_words = cuda.local.array(a_slots, np.uint32)
         b_words = cuda.local.array(b_slots, np.uint32)
-        a_next = cuda.local.array(a_slots, np.uint32)  # the next step's, where `ahead`
-        b_next = cuda.local.array(b_slots, np.uint32)
         for i in range(accumulators):
             acc[i] = 0
         for i in range(partial_slots):
@@ -206,19 +192,13 @@ def tile_products(bits, group_size, words, row_halves, tiles):
         mine = t * halves // 4  # the group of the step this lane's columns are in
         if bases[0] < out_features:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
             chunk_steps = CHUNK_COLUMNS // span
-            last = min((chunk + 1) * chunk_steps, columns // span)
-            if ahead:
-                load_step(chunk * chunk_steps, digits, digit_rows, packed, weight_rows, t, a_next, b_next)
-            for s in range(chunk * chunk_steps, last):
-                if ahead:  # the next step's words are in flight while this step's products run
-                    for i in range(a_slots):
-                        a_words[i] = a_next[i]
-                    for i in range(b_slots):
-                        b_words[i] = b_next[i]
-                    if s + 1 < last:
-                        load_step(s + 1, digits, digit_rows, packed, weight_rows, t, a_next, b_next)
-                else:
-                    load_step(s, digits, digit_rows, packed, weight_rows, t, a_words, b_words)
+            for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
+                for n in range(tiles):  # the codes of output g, this lane's words of the step
+                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
+                               b_words, n * words)
+                for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
+                    load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
+                               q * lane_words)
                 for m in range(mmas):
                     for n in range(tiles):
                         if bits == 4:
