@@ -1,0 +1,2 @@
+# call 2, the machine still warm
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit; cat .scratch/HEAD_COMMIT; (timeout 200 python3 -m tensorfold.cli contract --gpu --only gemm_affine 2>&1; timeout 60 python3 -m tensorfold.cli contract --gpu --only expert 2>&1) | grep -v -i warn | tee $OUT/contract.txt | tail -12
