@@ -300,10 +300,10 @@ def kernel_shape(rows, bits, group_size, columns):
     one tile of 8 or 16 rows and the widest step whose groups a lane can hold; more rows, the prompt kernel's
     tiles and the widest step inside one group (so every combination of an mma is some lane's own: no zero A rows)."""
     if rows > ROUND_ROWS:
-        for words in ((2, 1) if bits == 4 else (4, 2)):
-            span = step_shape(bits, words)[0]
-            if columns % span == 0 and group_size % span == 0 or words == 1 + (bits == 8):
-                return words, PROMPT_ROW_HALVES, PROMPT_TILES
+        wide, narrow = (2, 1) if bits == 4 else (4, 2)  # steps of 64 columns, else of 32
+        span = step_shape(bits, wide)[0]
+        words = wide if columns % span == 0 and group_size % span == 0 else narrow
+        return words, PROMPT_ROW_HALVES, PROMPT_TILES
     for words in ((4, 2, 1) if bits == 4 else (4, 2)):
         span = step_shape(bits, words)[0]
         if columns % span == 0 and 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0):
