@@ -127,10 +127,26 @@ def test_kernel_in_parts_and_gated():
     parts = launched(x, w, 4, 64, parts=(5, 8, 7))
     assert [p.shape for p in parts] == [(3, 5), (3, 8), (3, 7)]
     assert np.array_equal(np.concatenate(parts, axis=1), gemm_affine(x, *w, 4, 64))
+    w = weight(rng, 160, 128, 4, 64)  # more gates than one block of the round kernel takes outputs
     assert np.array_equal(launched(x, w, 4, 64, gated=True), swiglu(gemm_affine(x, *w, 4, 64)))
     x = x_rows(rng, 18, 64)
     w = weight(rng, 18, 64, 4, 32)
     assert np.array_equal(launched(x, w, 4, 32, gated=True), swiglu(gemm_affine(x, *w, 4, 32)))
+
+
+def test_a_prompt_kernel_runs_every_chunk_of_k():
+    """A prompt's rows, where the kernel adds the chunks of K itself (two chunks, the second short), whole, in parts
+    and gated; control: the rows with their second chunk zeroed (what a kernel that stopped after one chunk would
+    multiply) differ."""
+    rng = np.random.default_rng(11)
+    x, w = x_rows(rng, 20, CHUNK_COLUMNS + 64), weight(rng, 18, CHUNK_COLUMNS + 64, 4, 64)
+    expected = gemm_affine(x, *w, 4, 64)
+    assert np.array_equal(launched(x, w, 4, 64), expected)
+    assert np.array_equal(np.concatenate(launched(x, w, 4, 64, parts=(5, 6, 7)), axis=1), expected)
+    assert np.array_equal(launched(x, w, 4, 64, gated=True), swiglu(expected))
+    first_chunk = x.copy()
+    first_chunk[:, CHUNK_COLUMNS:] = 0
+    assert not np.array_equal(gemm_affine(first_chunk, *w, 4, 64), expected)
 
 
 def test_kernel_shapes():

@@ -30,9 +30,12 @@ from tensorfold.device.grid import to_host
 
 # (rows, experts, k, hidden, expert width, shared: the last expert is the shared one, folded in, every row's rank k):
 # under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks'
-EXPERTS_SIM = [(3, 4, 2, 64, 64, False), (2, 4, 2, 64, 64, True)]  # 6 pairs on 4 experts: one expert holds two
+# (the last of each: more than 16 rows an expert on average, a prompt's shape, whose kernel adds the chunks of K itself)
+EXPERTS_SIM = [(3, 4, 2, 64, 64, False), (2, 4, 2, 64, 64, True),  # 6 pairs on 4 experts: one expert holds two
+               (26, 3, 2, 64, 64, False)]
 EXPERTS_GPU = [(1, 256, 8, 2048, 512, False), (16, 256, 8, 2048, 512, False), (128, 256, 8, 2048, 512, False),
-               (512, 256, 8, 2048, 512, False), (1, 257, 8, 2048, 512, True), (16, 257, 8, 2048, 512, True)]
+               (512, 256, 8, 2048, 512, False), (1, 257, 8, 2048, 512, True), (16, 257, 8, 2048, 512, True),
+               (2048, 257, 8, 2048, 512, True)]
 # (rows, k, experts, shared) of the grouping: under the simulator experts left unused and an expert taken by half
 # the rows; with `shared`, the last expert is the shared one, which no row routes to and every row takes
 GROUPS_SIM = [(5, 2, 4, False), (3, 3, 8, False), (9, 1, 2, False), (4, 2, 5, True)]
