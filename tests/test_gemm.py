@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from tensorfold.cuda import gemm
 from tensorfold.cuda.fmath import exact_float64, power_of_two
 from tensorfold.cuda.gemm import CHUNK_COLUMNS, gemm_affine, kernel_shape, launch_gemm
 from tensorfold.cuda.gemv import swiglu
@@ -121,6 +122,20 @@ def test_kernel_equals_twin(rows, bits, group_size):
         assert not np.array_equal(launched(swapped, w, bits, group_size), expected)
 
 
+def test_a_wide_weights_round_kernel(monkeypatch):
+    """The round kernel's four tiles a warp (a weight at least WIDE_OUTPUTS wide, here made small), whole, in parts
+    and gated, against the twin; control: two rows swapped."""
+    monkeypatch.setattr(gemm, "WIDE_OUTPUTS", 16)
+    rng = np.random.default_rng(12)
+    x, w = x_rows(rng, 3, 128), weight(rng, 40, 128, 4, 64)
+    assert kernel_shape(3, 4, 64, 128, 40)[2] == gemm.WIDE_TILES
+    expected = gemm_affine(x, *w, 4, 64)
+    assert np.array_equal(launched(x, w, 4, 64), expected)
+    assert np.array_equal(np.concatenate(launched(x, w, 4, 64, parts=(7, 20, 13)), axis=1), expected)
+    assert np.array_equal(launched(x, w, 4, 64, gated=True), swiglu(expected))
+    assert not np.array_equal(launched(x[[2, 1, 0]], w, 4, 64), expected)
+
+
 def test_kernel_in_parts_and_gated():
     rng = np.random.default_rng(9)
     x, w = x_rows(rng, 3, 128), weight(rng, 20, 128, 4, 64)
@@ -134,10 +149,9 @@ def test_kernel_in_parts_and_gated():
     assert np.array_equal(launched(x, w, 4, 32, gated=True), swiglu(gemm_affine(x, *w, 4, 32)))
 
 
-def test_a_prompt_kernel_runs_every_chunk_of_k():
-    """A prompt's rows, where the kernel adds the chunks of K itself (two chunks, the second short), whole, in parts
-    and gated; control: the rows with their second chunk zeroed (what a kernel that stopped after one chunk would
-    multiply) differ."""
+def test_a_prompt_kernel_over_two_chunks_of_k():
+    """A prompt's rows over two chunks of K (the second short), whole, in parts and gated; control: the rows with
+    their second chunk zeroed (what a kernel that stopped after one chunk would multiply) differ."""
     rng = np.random.default_rng(11)
     x, w = x_rows(rng, 20, CHUNK_COLUMNS + 64), weight(rng, 18, CHUNK_COLUMNS + 64, 4, 64)
     expected = gemm_affine(x, *w, 4, 64)
@@ -151,6 +165,8 @@ def test_a_prompt_kernel_runs_every_chunk_of_k():
 
 def test_kernel_shapes():
     assert kernel_shape(1, 4, 64, 2048) == (4, 1, 2) and kernel_shape(16, 8, 64, 2048) == (4, 2, 2)
+    # a wide weight's round of up to 8 rows: four tiles a warp; of 16 rows, two
+    assert kernel_shape(8, 4, 64, 2048, 12288) == (4, 1, 4) and kernel_shape(16, 4, 64, 2048, 12288) == (4, 2, 2)
     assert kernel_shape(3, 4, 32, 96) == (1, 1, 2)
     # a prompt's step: one group of 64 columns (8-byte loads of 4-bit codes, 16-byte of 8-bit), or a narrower group's
     assert kernel_shape(512, 4, 64, 2048) == (2, 4, 4) and kernel_shape(512, 8, 64, 2048) == (4, 4, 4)

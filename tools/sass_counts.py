@@ -86,19 +86,14 @@ def main():
     u32, i32, f32, f64 = (getattr(types, name)[::1] for name in ("uint32", "int32", "float32", "float64"))
     f2, f3, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.int32[:, ::1]
     # gemm_kernel's arguments (digits, exponents, S, columns, padded rows, codes, words a row, scales, biases,
-    # groups a row, partial sums (or y, where the kernel finishes the sums), rows, outputs, the parts' ends); the
-    # grouped kernel's take the sorted pairs, their offsets and x rows a pair instead of the ends
-    def products(whole):
-        return (u32, i32, i32, types.int64, types.int64, u32, types.int64, f32, f32, types.int64, f32 if whole else f64,
-                types.int64, types.int64, types.int64, types.int64, types.int64)
+    # groups a row, partials, rows, outputs); the grouped kernel's add the sorted pairs, their offsets, x rows a pair
+    products = (u32, i32, i32, types.int64, types.int64, u32, types.int64, f32, f32, types.int64, f64, types.int64,
+                types.int64)
     round_words = gemm.kernel_shape(1, 4, 64, 2048)[0]
-    kernels = []
-    for name, rows in (("1 row", 1), ("16 rows", 16), ("a prompt chunk", 512)):
-        whole = gemm.finishes_sums(rows)
-        kernels.append((f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048),
-                                                                      whole), products(whole)))
+    kernels = [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048)), products)
+               for name, rows in (("1 row", 1), ("16 rows", 16), ("a prompt chunk", 512))]
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
-                 products(False)[:13] + (i32, i32, types.int64)),
+                 products + (i32, i32, types.int64)),
                 ("expert grouping (the pairs sorted by expert)", experts.group_kernel, (i2, types.int64, types.int64,
                                                                                         i32, i32)),
                 ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),

@@ -30,7 +30,7 @@ from tensorfold.device.grid import to_host
 
 # (rows, experts, k, hidden, expert width, shared: the last expert is the shared one, folded in, every row's rank k):
 # under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks'
-# (the last of each: more than 16 rows an expert on average, a prompt's shape, whose kernel adds the chunks of K itself)
+# (the last of each: more than 16 rows an expert on average, the prompt kernel's shape)
 EXPERTS_SIM = [(3, 4, 2, 64, 64, False), (2, 4, 2, 64, 64, True),  # 6 pairs on 4 experts: one expert holds two
                (26, 3, 2, 64, 64, False)]
 EXPERTS_GPU = [(1, 256, 8, 2048, 512, False), (16, 256, 8, 2048, 512, False), (128, 256, 8, 2048, 512, False),

@@ -22,16 +22,15 @@ pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over
 per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block first
 finding its tile's expert together (`expert_tile`), then each warp `gemm.tile_products` on the rows it gathers
 (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
-`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output); at a prompt's shape (more than 16 pairs
-an expert on average) each warp runs all of K and finishes its own sums, as gemm.py's prompt kernel does.
+`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output).
 """
 import functools
 
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, finishes_sums, gemm_affine, kernel_shape, launch_combine,
-                                  output_blocks, tile_products)
+from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shape, launch_combine, output_blocks,
+                                  tile_products)
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import flat
@@ -168,17 +167,16 @@ def expert_tile(offsets, tile, tile_rows):
 
 
 @functools.cache
-def grouped_kernel(bits, group_size, words, row_halves, tiles, whole=False, gated=False):
-    """The grouped GEMM kernel: block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on (gated: its gates
-    and their ups), row tile y of the sorted pairs (`expert_tile`), chunk z of K (with `whole`, all of K). A lane's
-    row g + 8 rho is the pair at that place: it reads x row pair // per_row (k for gate/up, whose x is a row per
-    token; 1 for down, a row per pair) and writes row pair; a place past its expert's last pair reads that pair's
-    row and writes nothing."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, whole, gated)
+def grouped_kernel(bits, group_size, words, row_halves, tiles):
+    """The grouped GEMM kernel: block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, row tile y of
+    the sorted pairs (`expert_tile`), chunk z of K. A lane's row g + 8 rho is the pair at that place: it reads x row
+    pair // per_row (k for gate/up, whose x is a row per token; 1 for down, a row per pair) and writes partial sums
+    row pair; a place past its expert's last pair reads that pair's row and writes nothing."""
+    products = tile_products(bits, group_size, words, row_halves, tiles)
     tile_rows = 8 * row_halves
 
     @kernel
-    def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out, pairs,
+    def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
                 out_features, order, offsets, per_row):
         expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
         if expert < 0:  # the grid is sized for the worst case: this tile holds no pairs this round
@@ -191,8 +189,8 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles, whole=False, gate
             pair = order[min(place, end - 1)]
             x_rows[rho] = pair // per_row
             out_rows[rho] = pair if place < end else -1
-        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out, pairs,
-                 out_features, expert * out_features, x_rows, out_rows, out_features, out_features, out_features)
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
+                 out_features, expert * out_features, x_rows, out_rows)
 
     return grouped
 
@@ -227,29 +225,22 @@ def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=F
 
 def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
     """The second half of `grouped_gemm`: the grouped kernel on x's digits, exponents and S (`launch_quantize`,
-    laid out for `grouped_shape`), then the combine where the kernel leaves the sums to it."""
+    laid out for `grouped_shape`), then the combine."""
     digits, exponents, sums = quantized
     order, offsets = grouping
     columns, x_rows = digits.shape[2], digits.shape[1]
     out_features = weight.out_features // experts
     words, row_halves, tiles = grouped_shape(pairs, experts, weight, columns)
-    whole = finishes_sums(-(-pairs // experts))  # the shape's rule: the rows an expert gets on average
     tile_rows = 8 * row_halves
     row_tiles = min(pairs, pairs // tile_rows + min(experts, pairs))  # sum of ceil(n_e / tile_rows), at most
-    chunks = 1 if whole else -(-columns // CHUNK_COLUMNS)
-    count = out_features // 2 if gated else out_features
-    out = (cuda.device_array(pairs * count, np.float32, stream=stream) if whole else
-           cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream))
-    paired = gated and whole  # the kernel gates itself: a warp's tiles hold gates, then their ups
-    blocks = output_blocks(count, tiles // 2) if paired else output_blocks(out_features, tiles)
-    grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles, whole, paired)[
-        (blocks, row_tiles, chunks), BLOCK_THREADS, stream](
+    chunks = -(-columns // CHUNK_COLUMNS)
+    partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
+    grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
+        (output_blocks(out_features, tiles), row_tiles, chunks), BLOCK_THREADS, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
-        weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], out, pairs,
+        weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], partials, pairs,
         out_features, order, offsets, per_row)
-    if whole:
-        return out.reshape(pairs, count)
-    return launch_combine(out, chunks, pairs, out_features, stream, gated=gated)
+    return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
 
 def routed_experts_launch(x, ids, gate_up, down, shared=False, stream=0):

@@ -25,26 +25,24 @@ one-row steps. The only approximation is X's rounding, at most 2^-(P+1) of the g
 The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued float64 arrays (exact: every partial
 sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the chunks and their groups.
 
-The kernels: quantize.py's `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, which the twin runs);
-`tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight rows its
-caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
-`combine_kernel` finishes a round's sums. The combination builds D, S and 2^(e - P) from their bits (fmath's
-`exact_float64` and `power_of_two`): no conversion instruction, no branch, the same values. A warp's tile is 8 outputs
-(the mma's columns) by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of
-rows g + 8 * rho, and gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in
-the lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu
+The kernels: quantize.py's `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, which the twin
+runs); `tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight
+rows its caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
+`combine_kernel` finishes. The combination builds D, S and 2^(e - P) from their bits (fmath's `exact_float64` and
+`power_of_two`): no conversion instruction, no branch, the same values. A warp's tile is 8 outputs (the mma's
+columns) by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows g +
+8 * rho, and gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in the
+lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu
 + xi. A step is one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers, `w &
 0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
-(quantize.py's `digit_position`: an integer sum does not care which column comes first, only that A and B agree). When a
-step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A row of their
-own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once whatever their
-count; a prompt chunk takes steps of one group where the group is that wide (8-byte loads of 4-bit codes, 16-byte of
-digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register.
-A round's block works on one chunk of K (the grid's third axis: its few rows alone would not fill the GPU) and writes
-its float64 partial sums; the combine adds them in chunk order and writes the float32 outputs: SiLU(gate) * up for the
-gated form (gate rows, then up rows), each part whole for stacked projections (`output_index`). A prompt's warp runs
-every chunk of K itself, keeps the running sums in shared memory and makes the same additions and outputs, so its
-partial sums never go through memory (`finishes_sums`); gated, a warp's tiles hold gates and then their ups.
+(quantize.py's `digit_position`: an integer sum does not care which column comes first, only that A and B agree).
+When a step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A
+row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once
+whatever their count; a prompt chunk takes steps of one group where the group is that wide (8-byte loads of 4-bit
+codes, 16-byte of digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register. A
+block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in
+chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part
+whole for stacked projections (`output_index`).
 """
 import functools
 
@@ -107,7 +105,9 @@ WARPS = 4  # warps a block
 ROUND_ROWS = 16  # rows up to which a call takes the round kernel (one tile of rows, 16-byte loads)
 PROMPT_ROW_HALVES = 4  # the prompt kernel's tile: 32 rows a warp
 ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (the step's digits serve both)
-PROMPT_TILES = 4  # and of the prompt kernel
+WIDE_TILES = 4  # and for up to 8 rows of a weight of at least WIDE_OUTPUTS outputs: more codes in flight a warp
+WIDE_OUTPUTS = 8192  # (a smaller weight needs the warps more: with 4 tiles it would fill fewer multiprocessors)
+PROMPT_TILES = 4  # tiles of the prompt kernel
 
 
 @cuda.jit(device=True)
@@ -134,17 +134,12 @@ def load_width(words):
 
 
 @functools.cache
-def tile_products(bits, group_size, words, row_halves, tiles, whole=False, gated=False):
+def tile_products(bits, group_size, words, row_halves, tiles):
     """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
     of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
-    chunk blockIdx.z of K, written to `out` for the combine. With `whole` (a prompt's rows), the warp runs every chunk
-    of K in turn, adds each chunk's partial sums to its running sums in shared memory in chunk order (the combine's
-    additions, so the same bits) and writes the float32 outputs to `out` itself: placed by `output_index` (parts
-    ending at end1, end2, end3), or with `gated` SiLU(gate) * up, the warp's first tiles / 2 tiles gates and the
-    others their ups. The caller places the tile: lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8
-    rho) and writes row out_rows[rho] (none where negative); the weight's outputs start at row `first_weight` of
-    packed, scales and biases (an expert's, in a stack of experts)."""
-    assert whole or not gated, "a gated GEMM that leaves its sums to the combine gates there"
+    one chunk of K. The caller places the tile: lane (g, t) reads the digits of x rows x_rows[rho] (its rows
+    g + 8 rho) and writes partial sums row out_rows[rho] (none where negative); the weight's outputs start at row
+    `first_weight` of packed, scales and biases (an expert's, in a stack of experts)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -159,8 +154,6 @@ def tile_products(bits, group_size, words, row_halves, tiles, whole=False, gated
     # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
     group_slots, digit_slots, partial_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
     a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words
-    total_slots = WARPS * partial_slots * 32 if whole else 1  # a lane's running sums: slot i at (warp, i, lane)
-    distinct = tiles // 2 if gated else tiles  # tiles of distinct outputs (gated: the gates'; the ups' follow)
 
     @cuda.jit(device=True)
     def a_word(a_words, c, j, m, mine):
@@ -172,17 +165,16 @@ def tile_products(bits, group_size, words, row_halves, tiles, whole=False, gated
         return a_words[q * lane_words + m * 2 + j]
 
     @cuda.jit(device=True)
-    def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out, rows,
-                 out_features, first_weight, x_rows, out_rows, end1, end2, end3):
+    def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+                 out_features, first_weight, x_rows, out_rows):
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         g, t = lane >> 2, lane % 4
         chunk = cuda.blockIdx.z
-        count = out_features // 2 if gated else out_features  # the outputs written: gated, gate and up pairs
         bases = cuda.local.array(tiles, np.int64)  # each tile's first output
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
         group_rows = cuda.local.array(group_slots, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
         for n in range(tiles):
-            bases[n] = ((cuda.blockIdx.x * WARPS + warp) * distinct + n % distinct) * 8 + n // distinct * count
+            bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
             weight_rows[n] = np.uint64(first_weight + min(bases[n] + g, out_features - 1)) * np.uint64(width)
             for oo in range(2):
                 output = first_weight + min(bases[n] + 2 * t + oo, out_features - 1)
@@ -197,102 +189,84 @@ def tile_products(bits, group_size, words, row_halves, tiles, whole=False, gated
         b_words = cuda.local.array(b_slots, np.uint32)
         for i in range(accumulators):
             acc[i] = 0
-        totals = cuda.shared.array(total_slots, np.float64)
         for i in range(partial_slots):
             partial[i] = 0.0
-            if whole:
-                totals[(warp * partial_slots + i) * 32 + lane] = 0.0
         mine = t * halves // 4  # the group of the step this lane's columns are in
-        if bases[0] < count:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
-            chunk_steps, steps = CHUNK_COLUMNS // span, columns // span
-            for k_chunk in range(0 if whole else chunk, -(-steps // chunk_steps) if whole else chunk + 1):
-                for s in range(k_chunk * chunk_steps, min((k_chunk + 1) * chunk_steps, steps)):
-                    for n in range(tiles):  # the codes of output g, this lane's words of the step
-                        load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
-                                   b_words, n * words)
-                    for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
-                        load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
-                                   q * lane_words)
-                    for m in range(mmas):
-                        for n in range(tiles):
-                            if bits == 4:
-                                b0 = b_words[n * words + m] & low
-                                b1 = (b_words[n * words + m] >> np.uint32(4)) & low
-                            else:
-                                b0, b1 = b_words[n * words + 2 * m], b_words[n * words + 2 * m + 1]
-                            for mu in range(tile_mmas):
-                                a0 = a_word(a_words, 2 * mu, 0, m, mine)
-                                a1 = a_word(a_words, 2 * mu + 1, 0, m, mine)
-                                a2 = a_word(a_words, 2 * mu, 1, m, mine)
-                                a3 = a_word(a_words, 2 * mu + 1, 1, m, mine)
-                                at = (n * tile_mmas + mu) * 4
-                                d = mma_s8u8(a0, a1, a2, a3, b0, b1, acc[at], acc[at + 1], acc[at + 2], acc[at + 3])
-                                acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
-                    if (s + 1) % steps_a_group == 0:  # the step ends its groups: to the partial sums, in order
-                        first_group = s * span // group_size
-                        for rho in range(row_halves):
-                            row = np.uint64(x_rows[rho] * groups)
-                            for h in range(halves):
-                                group = np.uint64(first_group + h)
-                                power = power_of_two(exponents[row + group] - P)
-                                S = exact_float64(sums[row + group])
-                                for n in range(tiles):
-                                    for oo in range(2):
-                                        c = rho * LIMBS * halves + h  # digit 0's combination; digit l's l * halves on
-                                        d0 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
-                                        c += halves
-                                        d1 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
-                                        c += halves
-                                        d2 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
-                                        D = exact_float64(np.int64(d0) + (np.int64(d1) << np.int64(8)) +
-                                                          (np.int64(d2) << np.int64(16)))
-                                        at = group_rows[n * 2 + oo] + group
-                                        value = np.float64(scales[at]) * D + np.float64(biases[at]) * S
-                                        partial[(n * row_halves + rho) * 2 + oo] += value * power
-                        for i in range(accumulators):
-                            acc[i] = 0
-                if whole:  # the chunk's partial sums join the running sums, in chunk order
-                    for i in range(partial_slots):
-                        totals[(warp * partial_slots + i) * 32 + lane] += partial[i]
-                        partial[i] = 0.0
-            for n in range(distinct):
+        if bases[0] < out_features:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
+            chunk_steps = CHUNK_COLUMNS // span
+            for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
+                for n in range(tiles):  # the codes of output g, this lane's words of the step
+                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
+                               b_words, n * words)
+                for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
+                    load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
+                               q * lane_words)
+                for m in range(mmas):
+                    for n in range(tiles):
+                        if bits == 4:
+                            b0 = b_words[n * words + m] & low
+                            b1 = (b_words[n * words + m] >> np.uint32(4)) & low
+                        else:
+                            b0, b1 = b_words[n * words + 2 * m], b_words[n * words + 2 * m + 1]
+                        for mu in range(tile_mmas):
+                            a0 = a_word(a_words, 2 * mu, 0, m, mine)
+                            a1 = a_word(a_words, 2 * mu + 1, 0, m, mine)
+                            a2 = a_word(a_words, 2 * mu, 1, m, mine)
+                            a3 = a_word(a_words, 2 * mu + 1, 1, m, mine)
+                            at = (n * tile_mmas + mu) * 4
+                            d = mma_s8u8(a0, a1, a2, a3, b0, b1, acc[at], acc[at + 1], acc[at + 2], acc[at + 3])
+                            acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
+                if (s + 1) % steps_a_group == 0:  # the step ends its groups: add them to the partial sums, in order
+                    first_group = s * span // group_size
+                    for rho in range(row_halves):
+                        row = np.uint64(x_rows[rho] * groups)
+                        for h in range(halves):
+                            group = np.uint64(first_group + h)
+                            power = power_of_two(exponents[row + group] - P)
+                            S = exact_float64(sums[row + group])
+                            for n in range(tiles):
+                                for oo in range(2):
+                                    c = rho * LIMBS * halves + h  # digit 0's combination; digit l's l * halves on
+                                    d0 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
+                                    c += halves
+                                    d1 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
+                                    c += halves
+                                    d2 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
+                                    D = exact_float64(np.int64(d0) + (np.int64(d1) << np.int64(8)) +
+                                                      (np.int64(d2) << np.int64(16)))
+                                    at = group_rows[n * 2 + oo] + group
+                                    value = np.float64(scales[at]) * D + np.float64(biases[at]) * S
+                                    partial[(n * row_halves + rho) * 2 + oo] += value * power
+                    for i in range(accumulators):
+                        acc[i] = 0
+            for n in range(tiles):
                 for rho in range(row_halves):
                     row = out_rows[rho]
                     for oo in range(2):
                         o = bases[n] + 2 * t + oo
-                        slot = (n * row_halves + rho) * 2 + oo
-                        if row >= 0 and o < count:
-                            if not whole:
-                                out[np.uint64((chunk * rows + row) * out_features + o)] = partial[slot]
-                            elif gated:  # the up of gate slot's output is tile n + distinct's, in this lane
-                                total = totals[(warp * partial_slots + slot) * 32 + lane]
-                                up = totals[(warp * partial_slots + slot + distinct * row_halves * 2) * 32 + lane]
-                                out[np.uint64(row * count + o)] = silu32(np.float32(total)) * np.float32(up)
-                            else:
-                                total = totals[(warp * partial_slots + slot) * 32 + lane]
-                                out[np.uint64(output_index(row, o, rows, out_features, end1, end2, end3))] = \
-                                    np.float32(total)
+                        if row >= 0 and o < out_features:
+                            at = (chunk * rows + row) * out_features + o
+                            partials[np.uint64(at)] = partial[(n * row_halves + rho) * 2 + oo]
 
     return products
 
 
 @functools.cache
-def gemm_kernel(bits, group_size, words, row_halves, tiles, whole=False, gated=False):
-    """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on (gated:
-    its gates and their ups), the rows of row tile y, chunk z of K (with `whole`, all of K); rows past the last read
-    the quantize kernel's zero rows and write nothing."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, whole, gated)
+def gemm_kernel(bits, group_size, words, row_halves, tiles):
+    """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
+    rows of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
+    products = tile_products(bits, group_size, words, row_halves, tiles)
 
     @kernel
-    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out, rows,
-             out_features, end1, end2, end3):
+    def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+             out_features):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
         for rho in range(row_halves):
             x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
             out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
-        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out, rows,
-                 out_features, 0, x_rows, out_rows, end1, end2, end3)
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
+                 out_features, 0, x_rows, out_rows)
 
     return gemm
 
@@ -323,10 +297,12 @@ def combine_kernel(gated):
     return combine
 
 
-def kernel_shape(rows, bits, group_size, columns):
+def kernel_shape(rows, bits, group_size, columns, out_features=0):
     """(words of codes a lane a step, row halves, output tiles a warp) of a call: a round's rows (up to ROUND_ROWS)
-    one tile of 8 or 16 rows and the widest step whose groups a lane can hold; more rows, the prompt kernel's
-    tiles and the widest step inside one group (so every combination of an mma is some lane's own: no zero A rows)."""
+    one tile of 8 or 16 rows and the widest step whose groups a lane can hold, WIDE_TILES tiles where the weight is
+    that wide and the tile 8 rows; more rows, the prompt kernel's tiles and the widest step inside one group (so every
+    combination of an mma is some lane's own: no zero A rows). A choice of speed only: every shape gives the same
+    bits."""
     if rows > ROUND_ROWS:
         wide, narrow = (2, 1) if bits == 4 else (4, 2)  # steps of 64 columns, else of 32
         span = step_shape(bits, wide)[0]
@@ -335,15 +311,10 @@ def kernel_shape(rows, bits, group_size, columns):
     for words in ((4, 2, 1) if bits == 4 else (4, 2)):
         span = step_shape(bits, words)[0]
         if columns % span == 0 and 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0):
-            return words, (1 if rows <= 8 else 2), ROUND_TILES
+            if rows <= 8:
+                return words, 1, WIDE_TILES if out_features >= WIDE_OUTPUTS else ROUND_TILES
+            return words, 2, ROUND_TILES
     raise ValueError(f"no step of {bits}-bit codes fits {columns} columns in groups of {group_size}")
-
-
-def finishes_sums(rows):
-    """Whether a call's GEMM kernel runs all of K a warp and writes y itself (a prompt's rows, whose row tiles fill
-    the GPU) rather than splitting K over the grid and leaving the sums to the combine (a round's few rows, where the
-    chunks of K are what fills it)."""
-    return rows > ROUND_ROWS
 
 
 def quantize_shape(rows, bits, group_size, columns) -> tuple:
@@ -368,25 +339,17 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
                     gated=False):
     """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
-    the combine where the kernel leaves the sums to it (`finishes_sums`)."""
+    the combine."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
-    words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns)
-    whole = finishes_sums(rows)
-    chunks = 1 if whole else -(-columns // CHUNK_COLUMNS)
-    ends = part_ends(out_features, parts, gated)
-    count = out_features // 2 if gated else out_features
-    out = (cuda.device_array(rows * count, np.float32, stream=stream) if whole else
-           cuda.device_array(chunks * rows * out_features, np.float64, stream=stream))
-    paired = gated and whole  # the kernel gates itself: a warp's tiles hold gates, then their ups
-    blocks = output_blocks(count, tiles // 2) if paired else output_blocks(out_features, tiles)
-    gemm_kernel(bits, group_size, words, row_halves, tiles, whole, paired)[
-        (blocks, rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
+    words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns, out_features)
+    chunks = -(-columns // CHUNK_COLUMNS)
+    partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
+    gemm_kernel(bits, group_size, words, row_halves, tiles)[
+        (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
-        flat(scales), flat(biases), scales.shape[1], out, rows, out_features, *ends)
-    if whole:
-        return split_parts(out, rows, count, parts, ends)
-    return launch_combine(out, chunks, rows, out_features, stream, parts, gated)
+        flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
+    return launch_combine(partials, chunks, rows, out_features, stream, parts, gated)
 
 
 def output_blocks(out_features, tiles):
@@ -394,27 +357,16 @@ def output_blocks(out_features, tiles):
     return -(-out_features // (8 * tiles * WARPS))
 
 
-def part_ends(out_features, parts=None, gated=False):
-    """The ends of the first PARTS - 1 parts of a GEMM's outputs, as `output_index` takes them (out_features for the
-    parts there are not)."""
+def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
+    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
-    return [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
-
-
-def split_parts(y, rows, count, parts, ends):
-    """The flat outputs y as the GEMM returns them: [rows, count], or one array [rows, width] a part."""
-    if parts is None:
-        return y.reshape(rows, count)
-    starts = [0] + ends[:len(parts) - 1]
-    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, parts)]
-
-
-def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
-    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
-    ends = part_ends(out_features, parts, gated)
+    ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     count = out_features // 2 if gated else out_features
     y = cuda.device_array(rows * count, np.float32, stream=stream)
     combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
-    return split_parts(y, rows, count, parts, ends)
+    if parts is None:
+        return y.reshape(rows, count)
+    starts = [0] + ends[:len(widths) - 1]
+    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, widths)]
