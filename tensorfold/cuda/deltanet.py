@@ -26,16 +26,17 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i =
-c, c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last
-and walks them in order for both sums. The column's threads then set their chains side by side in shared memory, and
-each adds the four in the twin's tree (`chains_total`), so every sum has one fixed order and all four hold the same
-total. No thread ever touches another column's state, so a rebuild reads only deltas its own column logged, and each
-of the column's threads logs the delta (the same bits) so that it reads back its own write. The scan's block, columns
-of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries, and its rows' v, decay,
-beta and parent, in shared memory at once (two barriers a tile); the tile's rows then run in order, each as the
-twin's row (two barriers a row, one a sum). The scan also writes the log: each row's delta column, and (from the
-head's first block) its decay and its key, the shared key head repeated for every value head that reads it.
+Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i = c, c
++ SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last and walks
+them in order for both sums. The column's threads are neighbouring lanes of one warp: they trade their chains by
+shuffles and each adds the four in the twin's tree (`chains_total`; `column_total`), so every sum has one fixed order
+and all four hold the same total. No thread ever touches another column's state, so a rebuild reads only deltas its own
+column logged, and each of the column's threads logs the delta (the same bits) so that it reads back its own write. The
+scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries, and its
+rows' v, decay, beta and parent, in shared memory at once (two barriers a tile); the tile's rows then run in order, each
+as the twin's row, every warp at its own pace (no barrier inside a tile). The scan also writes the log: each row's delta
+column, and (from the head's first block) its decay and its key, the shared key head repeated for every value head that
+reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -53,6 +54,7 @@ from tensorfold.cuda import (
     rmsnorm,  # its THREADS read through the module when a launch is sized: tests patch it
 )
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
+from tensorfold.cuda.ptx import shfl_xor
 from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
 from tensorfold.cuda.rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
 from tensorfold.device.grid import BLOCK, blocks_for, device_int32
@@ -260,13 +262,12 @@ def scan_kernel(dk):
             parents[u] = path_slots[r, depth - 1] if depth > 0 else -1
 
     @cuda.jit(device=True)
-    def column_total(sums, column, c, chain):
-        """The column's sum: each of its threads sets its chain in sums[column, c], and after the barrier adds the
-        column's SUM_CHAINS chains in the twin's tree. `sums` is one of two buffers the rows' sums take in turn, so a
-        thread writes one only after every thread has passed the barrier that follows its last read of it."""
-        sums[column, c] = chain
-        cuda.syncthreads()
-        return chains_total(sums[column])
+    def column_total(chain):
+        """The column's sum, in every one of its SUM_CHAINS threads (lanes 4k .. 4k + 3 of a warp) by two shuffles:
+        lanes 0 and 1 add (c0 + c1) + (c2 + c3), the twin's tree, and lanes 2 and 3 (c2 + c3) + (c0 + c1), the
+        same bits (a float addition is commutative). The warp's columns need no other warp's: no barrier."""
+        pair = chain + shfl_xor(chain, 1)
+        return pair + shfl_xor(pair, 2)
 
     @kernel
     def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
@@ -281,8 +282,6 @@ def scan_kernel(dk):
         col = cuda.local.array(per_chain, np.float32)  # column j's elements c, c + SUM_CHAINS, ...
         keys = cuda.shared.array((ROWS_STAGED, SUM_CHAINS, chain_pitch), np.float32)  # the tile's, by chain
         queries = cuda.shared.array((ROWS_STAGED, SUM_CHAINS, chain_pitch), np.float32)
-        read_sums = cuda.shared.array((COLUMNS, SUM_CHAINS), np.float32)  # the chains of each row's two sums
-        output_sums = cuda.shared.array((COLUMNS, SUM_CHAINS), np.float32)
         values = cuda.shared.array((ROWS_STAGED, COLUMNS), np.float32)  # the tile's v of the block's columns
         decays = cuda.shared.array(ROWS_STAGED, np.float32)  # and its rows' gates and parents
         betas = cuda.shared.array(ROWS_STAGED, np.float32)
@@ -312,13 +311,13 @@ def scan_kernel(dk):
                     if whole or m < chain_length:
                         col[m] = col[m] * a
                         chain = fma_rn(col[m], keys[u, c, m], chain)
-                delta = (values[u, column] - column_total(read_sums, column, c, chain)) * betas[u]
+                delta = (values[u, column] - column_total(chain)) * betas[u]
                 chain = np.float32(0)
                 for m in range(per_chain):  # write, then output: its chain of o[j] = sum_i S[i, j] * q[i], updated
                     if whole or m < chain_length:
                         col[m] = fma_rn(keys[u, c, m], delta, col[m])
                         chain = fma_rn(col[m], queries[u, c, m], chain)
-                o = column_total(output_sums, column, c, chain)
+                o = column_total(chain)
                 if live:
                     log_delta[r, h, j] = delta  # at once, by each chain's thread: a later row's rebuild reads it back
                     if c == 0:

@@ -10,14 +10,16 @@
   path); the index is a word index, a multiple of 4 (the address must be 16-byte aligned). numba reads an array
   element by element, at most 8 bytes a load. `load8`: two words in one 8-byte load (`ld.global.nc.v2.u32`), the
   index a multiple of 2 (numba would read a uint32 array's words one by one).
+* `shfl_xor`: the float32 value of lane `lane ^ mask` of the warp (`shfl.sync.bfly`), which numba emits itself
+  (`cuda.shfl_xor_sync`) but its simulator lacks.
 
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
 cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
 words, and `mma_s8u8` has every lane put its registers in the block's shared memory (a slot a lane), waits for its
 warp's other lanes (`simulator.warp_barrier`: the block's other warps go on), computes its own four accumulators
 from the whole warp's registers (the fragments unpacked into A and B by the index tables below, and multiplied as
-int64 NumPy matrices: exact, so the same integers), and waits again before the slots can be reused. All 32 lanes of
-a warp must call it together, as on the GPU.
+int64 NumPy matrices: exact, so the same integers), and waits again before the slots can be reused; `shfl_xor` the
+same way, a value a lane. All 32 lanes of a warp must call them together, as on the GPU.
 """
 import numpy as np
 from numba import cuda
@@ -71,6 +73,11 @@ if not SIMULATED:
         return load
 
     load16, load8 = vector_load(4), vector_load(2)
+
+    @cuda.jit(device=True)
+    def shfl_xor(value, mask):
+        """Lane `lane ^ mask`'s value (float32), every lane of the warp taking part."""
+        return cuda.shfl_xor_sync(0xFFFFFFFF, value, mask)
 else:
     # Where A[row, k] and B[k, column] sit in the warp's registers: (lane, register, byte) per element.
     _K = np.arange(32)
@@ -109,3 +116,15 @@ else:
         """The simulator's form: the two words, read one by one."""
         i = int(index)
         return np.uint32(array[i]), np.uint32(array[i + 1])
+
+    @cuda.jit(device=True)
+    def shfl_xor(value, mask):
+        """The simulator's form: each lane's value put in the block's shared memory (a slot a lane), read by its
+        partner after the warp has met, the slots free again once it has met a second time."""
+        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
+        slots = cuda.shared.array((MAX_WARPS, 32), np.float32)
+        slots[warp, lane] = value
+        simulator.warp_barrier()
+        other = slots[warp, lane ^ mask]
+        simulator.warp_barrier()
+        return np.float32(other)
