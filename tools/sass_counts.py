@@ -90,8 +90,10 @@ def main():
     products = (u32, i32, i32, types.int64, types.int64, u32, types.int64, f32, f32, types.int64, f64, types.int64,
                 types.int64)
     round_words = gemm.kernel_shape(1, 4, 64, 2048)[0]
-    kernels = [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048)), products)
-               for name, rows in (("1 row", 1), ("16 rows", 16), ("a prompt chunk", 512))]
+    shapes = (("1 row", 1, 2048), ("1 row of a wide weight (gate/up)", 1, 12288), ("16 rows", 16, 2048),
+              ("a prompt chunk", 512, 2048))
+    kernels = [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048, outs)),
+                products) for name, rows, outs in shapes]
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
                  products + (i32, i32, types.int64)),
                 ("expert grouping (the pairs sorted by expert)", experts.group_kernel, (i2, types.int64, types.int64,
