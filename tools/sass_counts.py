@@ -7,12 +7,12 @@ the package does not:
     pip install nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvdisasm
     python tools/sass_counts.py
 
-For the exact GEMM at a decode round's shapes (one row, 16 rows) and a prompt chunk's, the routed experts' grouped
-GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan it prints the registers a thread takes
-(which decide how many blocks share an SM), the bytes spilled to local memory, and the basic block with the most
-multiply-adds (FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also catches what the
-simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A change to a loop
-can be shaped here before it is timed; timings still decide.
+For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's, the
+routed experts' grouped GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan it prints the
+registers a thread takes (which decide how many blocks share an SM), the bytes spilled to local memory, and the basic
+block with the most multiply-adds (FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also
+catches what the simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A
+change to a loop can be shaped here before it is timed; timings still decide.
 """
 import collections
 import glob
