@@ -72,8 +72,9 @@ def host(arrays):
 # as SUM_CHAINS interleaved chains (chain c takes i = c, c + 4, ... in order) added up in a fixed tree at the end
 # (`chains_total`): a chain of 128 multiply-adds would wait on each result in turn, four chains of 32 do not. So
 # each (h, j, chain c) has a thread: it keeps its chain's elements of column j in a local array for the whole
-# window, walks them in order for both sums, and sets its chain beside the column's three others in shared memory,
-# where each of the four adds them in the tree and so holds the same total. The columns of a head share the rows'
+# window, walks them in order for both sums, and trades its chain with the column's three others, its neighbouring
+# lanes of the warp, by shuffles (`column_total`): each of the four adds them in the tree and so holds the same total
+# (lanes 2 and 3 add the two halves the other way round, the same bits). The columns of a head share the rows'
 # keys and queries, which a block stages in shared memory a tile of ROWS_STAGED rows at a time, beside the rows'
 # values, decays and betas (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded,
 # not what is computed from them. The twin runs the same loop over i, vectorised over (h, j). Value head h reads key

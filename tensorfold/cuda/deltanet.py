@@ -26,9 +26,9 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i = c, c
-+ SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last and walks
-them in order for both sums. The column's threads are neighbouring lanes of one warp: they trade their chains by
+Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i =
+c, c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last and
+walks them in order for both sums. The column's threads are neighbouring lanes of one warp: they trade their chains by
 shuffles and each adds the four in the twin's tree (`chains_total`; `column_total`), so every sum has one fixed order
 and all four hold the same total. No thread ever touches another column's state, so a rebuild reads only deltas its own
 column logged, and each of the column's threads logs the delta (the same bits) so that it reads back its own write. The
@@ -83,9 +83,9 @@ def scan_inputs(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
 SUM_CHAINS = 4  # the chains a sum over the key dimension runs as (the adding tree below is written for four)
 
 
-@cuda.jit(device=True)
 def chains_total(chains):
-    """A sum's chains added in the fixed tree: (c0 + c1) + (c2 + c3), float32 (the twin runs it on arrays)."""
+    """A sum's chains added in the fixed tree: (c0 + c1) + (c2 + c3), float32, on arrays (the scan kernel's
+    `column_total` adds the same tree by warp shuffles)."""
     return (chains[0] + chains[1]) + (chains[2] + chains[3])
 
 
@@ -95,7 +95,7 @@ def _column_sum(state, vec):
     chains = np.zeros((SUM_CHAINS, state.shape[0], state.shape[2]), np.float32)
     for i in range(state.shape[1]):
         chains[i % SUM_CHAINS] = fma_rn_twin(state[:, i, :], vec[:, i, None], chains[i % SUM_CHAINS])
-    return chains_total.py_func(chains)
+    return chains_total(chains)
 
 
 def _decay_and_write(state, decay, key, delta):
