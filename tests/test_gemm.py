@@ -163,6 +163,25 @@ def test_a_prompt_kernel_over_two_chunks_of_k():
     assert not np.array_equal(gemm_affine(first_chunk, *w, 4, 64), expected)
 
 
+def test_a_rounds_chunks_in_its_block_and_apart(monkeypatch):
+    """A round over three chunks of K (the last short), whole, in parts and gated: the round kernel with two warps,
+    one taking two chunks (ROUND_WARPS made 2), and past ROUND_CHUNKS (made 2) the GEMM kernel and the combine;
+    control: the rows with their last chunk zeroed (what a warp that took one chunk only would multiply) differ."""
+    monkeypatch.setattr(gemm, "ROUND_WARPS", 2)
+    rng = np.random.default_rng(13)
+    columns = 2 * CHUNK_COLUMNS + 64
+    x, w = x_rows(rng, 3, columns), weight(rng, 18, columns, 4, 64)
+    expected = gemm_affine(x, *w, 4, 64)
+    for round_chunks in (3, 2):
+        monkeypatch.setattr(gemm, "ROUND_CHUNKS", round_chunks)
+        assert np.array_equal(launched(x, w, 4, 64), expected)
+        assert np.array_equal(np.concatenate(launched(x, w, 4, 64, parts=(5, 6, 7)), axis=1), expected)
+        assert np.array_equal(launched(x, w, 4, 64, gated=True), swiglu(expected))
+    last_chunk = x.copy()
+    last_chunk[:, 2 * CHUNK_COLUMNS:] = 0
+    assert not np.array_equal(gemm_affine(last_chunk, *w, 4, 64), expected)
+
+
 def test_kernel_shapes():
     assert kernel_shape(1, 4, 64, 2048) == (4, 1, 2) and kernel_shape(16, 8, 64, 2048) == (4, 2, 2)
     # a wide weight's round of up to 8 rows: four tiles a warp; of 16 rows, two

@@ -30,7 +30,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shape, launch_combine, output_blocks,
-                                  tile_products)
+                                  tile_products, warp_tiles)
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import flat
@@ -189,8 +189,11 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
             pair = order[min(place, end - 1)]
             x_rows[rho] = pair // per_row
             out_rows[rho] = pair if place < end else -1
-        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
-                 out_features, expert * out_features, x_rows, out_rows)
+        bases = cuda.local.array(tiles, np.int64)
+        warp_tiles(bases, tiles)
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
+                 pairs * out_features, out_features, out_features, expert * out_features, cuda.blockIdx.z, bases,
+                 bases, x_rows, out_rows)
 
     return grouped
 

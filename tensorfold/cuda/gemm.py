@@ -108,6 +108,8 @@ ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (the step's dig
 WIDE_TILES = 4  # and for up to 8 rows of a weight of at least WIDE_OUTPUTS outputs: more codes in flight a warp
 WIDE_OUTPUTS = 8192  # (a smaller weight needs the warps more: with 4 tiles it would fill fewer multiprocessors)
 PROMPT_TILES = 4  # tiles of the prompt kernel
+ROUND_CHUNKS = 16  # chunks of K up to which a round's block adds them itself (their sums in shared memory)
+ROUND_WARPS = 8  # warps of its block at most: 255 registers a thread, the most a kernel takes, still fit a block
 
 
 @cuda.jit(device=True)
@@ -138,8 +140,10 @@ def tile_products(bits, group_size, words, row_halves, tiles):
     """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
     of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
     one chunk of K. The caller places the tile: lane (g, t) reads the digits of x rows x_rows[rho] (its rows
-    g + 8 rho) and writes partial sums row out_rows[rho] (none where negative); the weight's outputs start at row
-    `first_weight` of packed, scales and biases (an expert's, in a stack of experts)."""
+    g + 8 rho); tile n holds outputs bases[n] .. bases[n] + 7 of the weight, whose outputs start at row
+    `first_weight` of packed, scales and biases (an expert's, in a stack of experts); the partial sum of chunk c, row
+    out_rows[rho] (none where negative) and the tile's output j goes to partials[c * chunk_stride + out_rows[rho] *
+    row_stride + slots[n] + j] (global memory for a separate combine, or the block's shared memory)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -165,16 +169,13 @@ def tile_products(bits, group_size, words, row_halves, tiles):
         return a_words[q * lane_words + m * 2 + j]
 
     @cuda.jit(device=True)
-    def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-                 out_features, first_weight, x_rows, out_rows):
-        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
+    def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
+                 chunk_stride, row_stride, out_features, first_weight, chunk, bases, slots, x_rows, out_rows):
+        lane = cuda.threadIdx.x % 32
         g, t = lane >> 2, lane % 4
-        chunk = cuda.blockIdx.z
-        bases = cuda.local.array(tiles, np.int64)  # each tile's first output
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
         group_rows = cuda.local.array(group_slots, np.uint64)  # where the scales of outputs 2t, 2t + 1 start
         for n in range(tiles):
-            bases[n] = ((cuda.blockIdx.x * WARPS + warp) * tiles + n) * 8
             weight_rows[n] = np.uint64(first_weight + min(bases[n] + g, out_features - 1)) * np.uint64(width)
             for oo in range(2):
                 output = first_weight + min(bases[n] + 2 * t + oo, out_features - 1)
@@ -245,10 +246,17 @@ def tile_products(bits, group_size, words, row_halves, tiles):
                     for oo in range(2):
                         o = bases[n] + 2 * t + oo
                         if row >= 0 and o < out_features:
-                            at = (chunk * rows + row) * out_features + o
+                            at = chunk * chunk_stride + row * row_stride + slots[n] + 2 * t + oo
                             partials[np.uint64(at)] = partial[(n * row_halves + rho) * 2 + oo]
 
     return products
+
+
+@cuda.jit(device=True)
+def warp_tiles(bases, tiles):
+    """bases[n] = the first output of the warp's tile n, for blocks of WARPS warps of `tiles` tiles of 8 outputs."""
+    for n in range(tiles):
+        bases[n] = ((cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32) * tiles + n) * 8
 
 
 @functools.cache
@@ -265,10 +273,64 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
         for rho in range(row_halves):
             x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
             out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
-        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
-                 out_features, 0, x_rows, out_rows)
+        bases = cuda.local.array(tiles, np.int64)
+        warp_tiles(bases, tiles)
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
+                 rows * out_features, out_features, out_features, 0, cuda.blockIdx.z, bases, bases, x_rows, out_rows)
 
     return gemm
+
+
+@functools.cache
+def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
+    """The GEMM and its combine in one launch, for a round's few rows (no partial sums through global memory, one
+    launch less): block (x, y) takes row tile y and the outputs of `tiles` tiles of 8 from x * tiles * 8 on (gated:
+    half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs). Warp w of W computes
+    chunks w, w + W, .. of K (`tile_products`) into shared memory; then thread per (row, output written) adds the
+    chunks in chunk order and writes the float32 output as the combine kernel does."""
+    products = tile_products(bits, group_size, words, row_halves, tiles)
+    tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
+    written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
+    sum_slots = chunks * tile_rows * tile_outputs  # a name: numba takes a shared array's size as one
+    assert not gated or tiles % 2 == 0, "a gated block holds as many up tiles as gate tiles"
+
+    @kernel
+    def round_gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,
+                   out_features, y, end1, end2, end3):
+        chunk_sums = cuda.shared.array(sum_slots, np.float64)  # [chunk, row, output]
+        count = out_features // 2 if gated else out_features  # outputs of y
+        x_rows = cuda.local.array(row_halves, np.int64)
+        out_rows = cuda.local.array(row_halves, np.int64)
+        for rho in range(row_halves):
+            out_rows[rho] = cuda.threadIdx.x % 32 // 4 + 8 * rho  # a padded row reads zero digits: written, not used
+            x_rows[rho] = cuda.blockIdx.y * tile_rows + out_rows[rho]
+        bases = cuda.local.array(tiles, np.int64)
+        slots = cuda.local.array(tiles, np.int64)
+        for n in range(tiles):
+            up = gated and n >= tiles // 2
+            bases[n] = cuda.blockIdx.x * written + (n - tiles // 2 if up else n) * 8 + (count if up else 0)
+            slots[n] = n * 8
+        for chunk in range(cuda.threadIdx.x // 32, chunks, cuda.blockDim.x // 32):
+            products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, chunk_sums,
+                     tile_rows * tile_outputs, tile_outputs, out_features, 0, chunk, bases, slots, x_rows, out_rows)
+        cuda.syncthreads()
+        for i in range(cuda.threadIdx.x, tile_rows * written, cuda.blockDim.x):
+            r, j = i // written, i % written
+            row, o = cuda.blockIdx.y * tile_rows + r, cuda.blockIdx.x * written + j
+            if row < rows and o < count:
+                total = 0.0
+                up_total = 0.0
+                for chunk in range(chunks):
+                    at = (chunk * tile_rows + r) * tile_outputs + j
+                    total += chunk_sums[at]
+                    if gated:
+                        up_total += chunk_sums[at + written]
+                if gated:
+                    y[row * count + o] = silu32(np.float32(total)) * np.float32(up_total)
+                else:
+                    y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+
+    return round_gemm
 
 
 @functools.cache
@@ -339,17 +401,32 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
                     gated=False):
     """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
-    the combine."""
+    the combine; for a round's rows and up to ROUND_CHUNKS chunks of K, the round kernel, both in one launch."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns, out_features)
     chunks = -(-columns // CHUNK_COLUMNS)
+    if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS:
+        count = out_features // 2 if gated else out_features
+        y, ends = output_array(rows, out_features, parts, gated, stream)
+        written = 4 * tiles if gated else 8 * tiles
+        round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated)[
+            (-(-count // written), rows_pad // (8 * row_halves)), round_warps(chunks) * 32, stream](
+            flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed),
+            packed.shape[1], flat(scales), flat(biases), scales.shape[1], rows, out_features, y, *ends)
+        return output_views(y, rows, count, parts, ends)
     partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
     gemm_kernel(bits, group_size, words, row_halves, tiles)[
         (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
         flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
     return launch_combine(partials, chunks, rows, out_features, stream, parts, gated)
+
+
+def round_warps(chunks):
+    """Warps of a round kernel's block: a chunk of K each, or as few more as balance them where there are more
+    chunks than ROUND_WARPS (12: 6 warps of 2)."""
+    return -(-chunks // -(-chunks // ROUND_WARPS))
 
 
 def output_blocks(out_features, tiles):
@@ -359,14 +436,25 @@ def output_blocks(out_features, tiles):
 
 def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
     """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
+    y, ends = output_array(rows, out_features, parts, gated, stream)
+    count = out_features // 2 if gated else out_features
+    combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
+    return output_views(y, rows, count, parts, ends)
+
+
+def output_array(rows, out_features, parts, gated, stream):
+    """The flat float32 output of a GEMM (its parts one after another, `output_index`) and the parts' ends."""
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     count = out_features // 2 if gated else out_features
-    y = cuda.device_array(rows * count, np.float32, stream=stream)
-    combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
+    return cuda.device_array(rows * count, np.float32, stream=stream), ends
+
+
+def output_views(y, rows, count, parts, ends):
+    """y [rows, count] of the flat output, or with `parts` one [rows, width] view a part."""
     if parts is None:
         return y.reshape(rows, count)
-    starts = [0] + ends[:len(widths) - 1]
-    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, widths)]
+    starts = [0] + ends[:len(parts) - 1]
+    return [y[start * rows:(start + width) * rows].reshape(rows, width) for start, width in zip(starts, parts)]
