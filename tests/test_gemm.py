@@ -164,10 +164,9 @@ def test_a_prompt_kernel_over_two_chunks_of_k():
 
 
 def test_a_rounds_chunks_in_its_block_and_apart(monkeypatch):
-    """A round over three chunks of K (the last short), whole, in parts and gated: the round kernel with two warps,
-    one taking two chunks (ROUND_WARPS made 2), and past ROUND_CHUNKS (made 2) the GEMM kernel and the combine;
-    control: the rows with their last chunk zeroed (what a warp that took one chunk only would multiply) differ."""
-    monkeypatch.setattr(gemm, "ROUND_WARPS", 2)
+    """A round over three chunks of K (the last short), whole, in parts and gated: the round kernel (a warp a chunk),
+    and past ROUND_CHUNKS (made 2) the GEMM kernel and the combine; control: the rows with their last chunk zeroed
+    (what a block that left out its last warp's chunk would multiply) differ."""
     rng = np.random.default_rng(13)
     columns = 2 * CHUNK_COLUMNS + 64
     x, w = x_rows(rng, 3, columns), weight(rng, 18, columns, 4, 64)

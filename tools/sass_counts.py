@@ -92,13 +92,12 @@ def main():
     # the round kernel's: products' up to groups a row, then rows, outputs, y and the parts' three ends
     rounds = products[:10] + (types.int64, types.int64, f32, types.int64, types.int64, types.int64)
     round_words = gemm.kernel_shape(1, 4, 64, 2048)[0]
-    shapes = (("1 row", 1, 2048, False), ("1 row of a wide weight (gate/up)", 1, 12288, True),
-              ("16 rows", 16, 2048, False))
     kernels = [(f"exact GEMM and combine, 4-bit, {name}", gemm.round_kernel(
-        4, 64, *gemm.kernel_shape(rows, 4, 64, 2048, outs), 2048 // gemm.CHUNK_COLUMNS, gated), rounds)
-        for name, rows, outs, gated in shapes]
-    kernels += [("exact GEMM, 4-bit, a prompt chunk", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(512, 4, 64, 2048)),
-                 products)]
+        4, 64, *gemm.kernel_shape(rows, 4, 64, 2048), 2048 // gemm.CHUNK_COLUMNS, False), rounds)
+        for name, rows in (("1 row", 1), ("16 rows", 16))]
+    kernels += [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048, outs)),
+                 products) for name, rows, outs in (("1 row of a wide weight (gate/up)", 1, 12288),
+                                                    ("a prompt chunk", 512, 2048))]
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
                  products + (i32, i32, types.int64)),
                 ("expert grouping (the pairs sorted by expert)", experts.group_kernel, (i2, types.int64, types.int64,

@@ -108,8 +108,7 @@ ROUND_TILES = 2  # tiles of 8 outputs a warp of the round kernel (the step's dig
 WIDE_TILES = 4  # and for up to 8 rows of a weight of at least WIDE_OUTPUTS outputs: more codes in flight a warp
 WIDE_OUTPUTS = 8192  # (a smaller weight needs the warps more: with 4 tiles it would fill fewer multiprocessors)
 PROMPT_TILES = 4  # tiles of the prompt kernel
-ROUND_CHUNKS = 16  # chunks of K up to which a round's block adds them itself (their sums in shared memory)
-ROUND_WARPS = 8  # warps of its block at most: 255 registers a thread, the most a kernel takes, still fit a block
+ROUND_CHUNKS = WARPS  # chunks of K up to which a round's block adds them itself, a warp a chunk (launch_products)
 
 
 @cuda.jit(device=True)
@@ -284,10 +283,10 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
 @functools.cache
 def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
     """The GEMM and its combine in one launch, for a round's few rows (no partial sums through global memory, one
-    launch less): block (x, y) takes row tile y and the outputs of `tiles` tiles of 8 from x * tiles * 8 on (gated:
-    half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs). Warp w of W computes
-    chunks w, w + W, .. of K (`tile_products`) into shared memory; then thread per (row, output written) adds the
-    chunks in chunk order and writes the float32 output as the combine kernel does."""
+    launch less): block (x, y) of `chunks` warps takes row tile y and the outputs of `tiles` tiles of 8 from x * tiles
+    * 8 on (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs). Warp w
+    computes chunk w of K (`tile_products`) into shared memory; then thread per (row, output written) adds the chunks
+    in chunk order and writes the float32 output as the combine kernel does."""
     products = tile_products(bits, group_size, words, row_halves, tiles)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
@@ -310,9 +309,9 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
             up = gated and n >= tiles // 2
             bases[n] = cuda.blockIdx.x * written + (n - tiles // 2 if up else n) * 8 + (count if up else 0)
             slots[n] = n * 8
-        for chunk in range(cuda.threadIdx.x // 32, chunks, cuda.blockDim.x // 32):
-            products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, chunk_sums,
-                     tile_rows * tile_outputs, tile_outputs, out_features, 0, chunk, bases, slots, x_rows, out_rows)
+        products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, chunk_sums,
+                 tile_rows * tile_outputs, tile_outputs, out_features, 0, cuda.threadIdx.x // 32, bases, slots,
+                 x_rows, out_rows)
         cuda.syncthreads()
         for i in range(cuda.threadIdx.x, tile_rows * written, cuda.blockDim.x):
             r, j = i // written, i % written
@@ -401,17 +400,20 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
                     gated=False):
     """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
-    the combine; for a round's rows and up to ROUND_CHUNKS chunks of K, the round kernel, both in one launch."""
+    the combine. A round of ROUND_TILES tiles a warp and up to ROUND_CHUNKS chunks of K takes the round kernel, both
+    in one launch, whose block is then no larger than the GEMM kernel's and holds about as many registers a thread;
+    a wide weight's four tiles would lose a block a multiprocessor to registers, and more chunks would leave the
+    multiprocessors fewer blocks: either reads its weights from memory slower."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns, out_features)
     chunks = -(-columns // CHUNK_COLUMNS)
-    if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS:
+    if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
         count = out_features // 2 if gated else out_features
         y, ends = output_array(rows, out_features, parts, gated, stream)
         written = 4 * tiles if gated else 8 * tiles
         round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated)[
-            (-(-count // written), rows_pad // (8 * row_halves)), round_warps(chunks) * 32, stream](
+            (-(-count // written), rows_pad // (8 * row_halves)), chunks * 32, stream](
             flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed),
             packed.shape[1], flat(scales), flat(biases), scales.shape[1], rows, out_features, y, *ends)
         return output_views(y, rows, count, parts, ends)
@@ -421,12 +423,6 @@ def launch_products(quantized, rows, out_features, packed, scales, biases, bits,
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
         flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
     return launch_combine(partials, chunks, rows, out_features, stream, parts, gated)
-
-
-def round_warps(chunks):
-    """Warps of a round kernel's block: a chunk of K each, or as few more as balance them where there are more
-    chunks than ROUND_WARPS (12: 6 warps of 2)."""
-    return -(-chunks // -(-chunks // ROUND_WARPS))
 
 
 def output_blocks(out_features, tiles):
