@@ -54,7 +54,7 @@ from tensorfold.cuda import (
     rmsnorm,  # its THREADS read through the module when a launch is sized: tests patch it
 )
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, softplus32, softplus32_twin
-from tensorfold.cuda.ptx import shfl_xor
+from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
 from tensorfold.cuda.rmsnorm import block_inverse_rms, l2norm, load_window, thread_squares
 from tensorfold.device.grid import BLOCK, blocks_for, device_int32
@@ -266,8 +266,8 @@ def scan_kernel(dk):
         """The column's sum, in every one of its SUM_CHAINS threads (lanes 4k .. 4k + 3 of a warp) by two shuffles:
         lanes 0 and 1 add (c0 + c1) + (c2 + c3), the twin's tree, and lanes 2 and 3 (c2 + c3) + (c0 + c1), the
         same bits (a float addition is commutative). The warp's columns need no other warp's: no barrier."""
-        pair = chain + shfl_xor(chain, 1)
-        return pair + shfl_xor(pair, 2)
+        pair = chain + shfl_xor(chain, 1, FULL_WARP)
+        return pair + shfl_xor(pair, 2, FULL_WARP)
 
     @kernel
     def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,

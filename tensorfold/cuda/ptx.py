@@ -10,7 +10,7 @@
   path); the index is a word index, a multiple of 4 (the address must be 16-byte aligned). numba reads an array
   element by element, at most 8 bytes a load. `load8`: two words in one 8-byte load (`ld.global.nc.v2.u32`), the
   index a multiple of 2 (numba would read a uint32 array's words one by one).
-* `shfl_xor`: the float32 value of lane `lane ^ mask` of the warp (`shfl.sync.bfly`), which numba emits itself
+* `shfl_xor`: the value of lane `lane ^ mask` of the warp (`shfl.sync.bfly`), which numba emits itself
   (`cuda.shfl_xor_sync`) but its simulator lacks.
 
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
@@ -26,7 +26,8 @@ from numba import cuda
 
 from tensorfold.device import SIMULATED, simulator
 
-MAX_WARPS = 8  # warps a block of a kernel that calls mma_s8u8 under the simulator may have (its shared slots)
+FULL_WARP = 0xFFFFFFFF  # shfl_xor's lanes: the whole warp
+MAX_WARPS = 8  # warps a block of a kernel that calls mma_s8u8 or shfl_xor under the simulator may have (its slots)
 
 if not SIMULATED:
     from llvmlite import ir
@@ -75,9 +76,10 @@ if not SIMULATED:
     load16, load8 = vector_load(4), vector_load(2)
 
     @cuda.jit(device=True)
-    def shfl_xor(value, mask):
-        """Lane `lane ^ mask`'s value (float32), every lane of the warp taking part."""
-        return cuda.shfl_xor_sync(0xFFFFFFFF, value, mask)
+    def shfl_xor(value, mask, lanes):
+        """Lane `lane ^ mask`'s value, every lane of `lanes` (a bit a lane: FULL_WARP, or a block's fewer threads)
+        taking part."""
+        return cuda.shfl_xor_sync(lanes, value, mask)
 else:
     # Where A[row, k] and B[k, column] sit in the warp's registers: (lane, register, byte) per element.
     _K = np.arange(32)
@@ -118,13 +120,17 @@ else:
         return np.uint32(array[i]), np.uint32(array[i + 1])
 
     @cuda.jit(device=True)
-    def shfl_xor(value, mask):
-        """The simulator's form: each lane's value put in the block's shared memory (a slot a lane), read by its
-        partner after the warp has met, the slots free again once it has met a second time."""
+    def shfl_xor(value, mask, lanes):
+        """The simulator's form (every lane of the warp takes part; `lanes` names them): each lane's value put in the block's shared memory (a slot a lane: float64 for a
+        float, int64 for an integer, both exact for the values the kernels trade), read by its partner after the warp
+        has met, the slots free again once it has met a second time."""
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
-        slots = cuda.shared.array((MAX_WARPS, 32), np.float32)
+        if isinstance(value, (float, np.floating)):
+            slots = cuda.shared.array((MAX_WARPS, 32), np.float64)
+        else:
+            slots = cuda.shared.array((MAX_WARPS, 32), np.int64)
         slots[warp, lane] = value
         simulator.warp_barrier()
         other = slots[warp, lane ^ mask]
         simulator.warp_barrier()
-        return np.float32(other)
+        return type(value)(other)

@@ -4,7 +4,8 @@ balanced base-256 digits d0, d1, d2, and S = sum X.
 
 The twin, `quantize_x`, runs `fixed_point` on arrays. The kernel, `quantize_kernel`, writes the digits where the
 GEMM kernel's steps read them (`digit_position`: the columns in the order of the codes in a lane's words, which an
-integer sum does not mind), a block per (run of whole groups, row) and a thread per QUANTIZE_COLUMNS columns.
+integer sum does not mind), a block per (run of whole groups, row) and a thread per QUANTIZE_COLUMNS columns, a
+group's threads meeting by warp shuffles.
 """
 import functools
 import math
@@ -12,6 +13,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.device.grid import BLOCK
 from tensorfold.device.launch import kernel
 
@@ -67,38 +69,34 @@ def digit_position(column, bits, words):
 @functools.cache
 def quantize_kernel(bits, words, group_size):
     """Block per (a run of whole groups, row) of the padded rows, thread per QUANTIZE_COLUMNS consecutive columns:
-    the group's largest absolute value and S by tree reductions over its threads in shared memory (a maximum and an
-    integer sum: exact in any order), then the columns' digits (laid out by `digit_position` for steps of `words`
-    words); rows past x's last are zero."""
+    the group's largest absolute value and S by butterfly shuffles over its threads, neighbouring lanes of one warp
+    (a maximum and an integer sum: exact in any order), then the columns' digits (laid out by `digit_position` for
+    steps of `words` words); rows past x's last are zero."""
     group_threads = group_size // QUANTIZE_COLUMNS
+    assert group_threads & (group_threads - 1) == 0 and group_threads <= 32, "a group's threads: lanes of one warp"
 
     @cuda.jit(device=True)
-    def tree(values, i, member, largest):
-        """values[i] of member 0 of each group of threads becomes the group's maximum (`largest`) or sum."""
-        cuda.syncthreads()
-        stride = group_threads // 2
-        while stride > 0:
-            if member < stride:
-                other = values[i + stride]
-                values[i] = max(values[i], other) if largest else values[i] + other
-            cuda.syncthreads()
-            stride //= 2
+    def group_total(value, largest):
+        """The maximum (`largest`) or the sum of `value` over the thread's group, in every thread of the group. A
+        block has 32 threads or more (whole warps) or fewer (one warp's first lanes), a power of two either way."""
+        lanes = FULL_WARP if cuda.blockDim.x >= 32 else (1 << cuda.blockDim.x) - 1
+        step = 1
+        while step < group_threads:
+            other = shfl_xor(value, step, np.uint32(lanes))
+            value = max(value, other) if largest else value + other
+            step *= 2
+        return value
 
     @kernel
     def quantize(x, digits, exponents, sums):
         i = cuda.threadIdx.x
         row, first = cuda.blockIdx.y, (cuda.blockIdx.x * cuda.blockDim.x + i) * QUANTIZE_COLUMNS
         live = row < x.shape[0]
-        member = i % group_threads  # the thread's place in its group; member 0 ends up with the group's results
-        largest = cuda.shared.array(BLOCK, np.float32)
-        total = cuda.shared.array(BLOCK, np.int64)
         mine = np.float32(0)
         if live:
             for k in range(first, first + QUANTIZE_COLUMNS):
                 mine = max(mine, abs(x[row, k]))
-        largest[i] = mine
-        tree(largest, i, member, True)
-        e = math.frexp(np.float64(largest[i - member]))[1]
+        e = math.frexp(np.float64(group_total(mine, True)))[1]
         scale = math.ldexp(1.0, P - e)
         count = 0
         for k in range(first, first + QUANTIZE_COLUMNS):
@@ -106,10 +104,9 @@ def quantize_kernel(bits, words, group_size):
             at = digit_position(k, bits, words)
             digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
             count += X
-        total[i] = count
-        tree(total, i, member, False)
-        if member == 0:
-            exponents[row, first // group_size], sums[row, first // group_size] = e, total[i]
+        total = group_total(count, False)
+        if i % group_threads == 0:  # the group's first thread writes its exponent and S
+            exponents[row, first // group_size], sums[row, first // group_size] = e, total
 
     return quantize
 
