@@ -274,10 +274,11 @@ def test_every_lanes_recordings_fit_beside_the_others(target, drafter_model, fit
     drafter = BlockDrafter(drafter_model, "chain", graphs=True)
     drafter.graphs.capacity = 2  # one context's proposal and extend
     engine = Engine(target, parallel=2, chunk=8, context=32, drafter=drafter, max_draft=1, graphs=True)
-    requests = [engine.submit(prompt, SamplingParams(max_tokens=4, stop_ids=())) for prompt in (PROMPT, PROMPT[::-1])]
+    # 8 tokens: a drafted round gives at most 2, so each lane drafts 4 rounds however well its drafter guesses
+    requests = [engine.submit(prompt, SamplingParams(max_tokens=8, stop_ids=())) for prompt in (PROMPT, PROMPT[::-1])]
     while any(r.finish_reason is None for r in requests):
         engine.run_round()
     drafted = sum(r.stats.draft_rounds for r in requests)
-    assert drafted >= 4
+    assert drafted >= 8
     assert (drafter.graphs.recorded == 4) if fits else (drafter.graphs.recorded >= drafted), (drafter.graphs.recorded,
                                                                                                 drafted)
