@@ -6,8 +6,8 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import (combine_kernel, gemm_affine, gemm_kernel, launch_products, load_words, round_kernel,
-                                  quantize_shape)
+from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, launch_products, load_words,
+                                  quantize_shape, round_kernel)
 from tensorfold.cuda.gemv import output_index, swiglu
 from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
 from tensorfold.device.grid import to_host
@@ -136,7 +136,8 @@ def _gate_and_up_swapped(inputs):
                          for name in ("packed", "scales", "biases")}}
 
 
-KERNELS = (gemm_kernel, round_kernel, combine_kernel, quantize_kernel, fixed_point, digit_position, load_words)
+KERNELS = (gemm_kernel, round_kernel, combine_kernel, finish_output, quantize_kernel, fixed_point, digit_position,
+           load_words)
 CONTRACT = [
     KernelCheck("gemm_affine4", _twin, _launch, _cases(4), CONTROLS, kernels=KERNELS),
     KernelCheck("gemm_affine8", _twin, _launch, _cases(8, [s for s in GPU_SHAPES if s[1] != 248320 or s[0] == 1]),

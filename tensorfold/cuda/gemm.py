@@ -285,8 +285,8 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
     """The GEMM and its combine in one launch, for a round's few rows (no partial sums through global memory, one
     launch less): block (x, y) of `chunks` warps takes row tile y and the outputs of `tiles` tiles of 8 from x * tiles
     * 8 on (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs). Warp w
-    computes chunk w of K (`tile_products`) into shared memory; then thread per (row, output written) adds the chunks
-    in chunk order and writes the float32 output as the combine kernel does."""
+    computes chunk w of K (`tile_products`) into shared memory; then thread per (row, output written) finishes it as
+    the combine kernel does (`finish_output`)."""
     products = tile_products(bits, group_size, words, row_halves, tiles)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
@@ -317,25 +317,32 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
             r, j = i // written, i % written
             row, o = cuda.blockIdx.y * tile_rows + r, cuda.blockIdx.x * written + j
             if row < rows and o < count:
-                total = 0.0
-                up_total = 0.0
-                for chunk in range(chunks):
-                    at = (chunk * tile_rows + r) * tile_outputs + j
-                    total += chunk_sums[at]
-                    if gated:
-                        up_total += chunk_sums[at + written]
-                if gated:
-                    y[row * count + o] = silu32(np.float32(total)) * np.float32(up_total)
-                else:
-                    y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+                finish_output(chunk_sums, r * tile_outputs + j, tile_rows * tile_outputs, chunks, written, gated, y,
+                              row, o, rows, out_features, end1, end2, end3)
 
     return round_gemm
 
 
+@cuda.jit(device=True)
+def finish_output(partials, at, chunk_stride, chunks, up_offset, gated, y, row, o, rows, out_features, end1, end2,
+                  end3):
+    """Output o of row `row` from its partial sums (partials[at + c * chunk_stride] for chunk c) added in chunk order:
+    float32 into y where `output_index` places it, or gated SiLU(gate) * up with the up row's sums up_offset on."""
+    total = 0.0
+    up = 0.0
+    for chunk in range(chunks):
+        total += partials[at + chunk * chunk_stride]
+        if gated:
+            up += partials[at + chunk * chunk_stride + up_offset]
+    if gated:
+        y[row * (out_features // 2) + o] = silu32(np.float32(total)) * np.float32(up)
+    else:
+        y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+
+
 @functools.cache
 def combine_kernel(gated):
-    """Thread per (row, output written): the chunks' partial sums added in chunk order, the float32 output placed by
-    `output_index` (its part whole), or gated SiLU(gate) * up of the gate rows' and up rows' sums."""
+    """Thread per (row, output written): `finish_output` on the GEMM kernel's partial sums [chunks, rows, outputs]."""
 
     @kernel
     def combine(partials, chunks, rows, out_features, y, end1, end2, end3):
@@ -343,17 +350,8 @@ def combine_kernel(gated):
         count = out_features // 2 if gated else out_features
         row, o = i // count, i % count
         if row < rows:
-            total = 0.0
-            up = 0.0
-            for chunk in range(chunks):
-                at = (chunk * rows + row) * out_features + o
-                total += partials[at]
-                if gated:
-                    up += partials[at + count]
-            if gated:
-                y[i] = silu32(np.float32(total)) * np.float32(up)
-            else:
-                y[output_index(row, o, rows, out_features, end1, end2, end3)] = np.float32(total)
+            finish_output(partials, row * out_features + o, rows * out_features, chunks, count, gated, y, row, o,
+                          rows, out_features, end1, end2, end3)
 
     return combine
 
