@@ -42,7 +42,8 @@ whatever their count; a prompt chunk takes steps of one group where the group is
 codes, 16-byte of digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register. A
 block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in
 chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part
-whole for stacked projections (`output_index`).
+whole for stacked projections (`output_index`). Most of a round's calls take `round_kernel` instead: a warp a chunk
+of one tile of outputs, the partial sums in the block's shared memory, and the same finish in the block.
 """
 import functools
 
