@@ -121,9 +121,10 @@ else:
 
     @cuda.jit(device=True)
     def shfl_xor(value, mask, lanes):
-        """The simulator's form (every lane of the warp takes part; `lanes` names them): each lane's value put in the block's shared memory (a slot a lane: float64 for a
-        float, int64 for an integer, both exact for the values the kernels trade), read by its partner after the warp
-        has met, the slots free again once it has met a second time."""
+        """The simulator's form (every lane of the warp takes part; `lanes` names them): each lane's value put in the
+        block's shared memory (a slot a lane: float64 for a float, int64 for an integer, both exact for the values
+        the kernels trade), read by its partner after the warp has met, the slots free again once it has met a
+        second time."""
         warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
         if isinstance(value, (float, np.floating)):
             slots = cuda.shared.array((MAX_WARPS, 32), np.float64)
