@@ -6,8 +6,15 @@ Each shape's weight bytes (codes, scales and biases) over a call's time is its e
 outputs * K over the time its TOPS-equivalent (a multiply-add per weight and row counted as 2). On a GPU the calls
 run on the cuda backend's stream and memory pool, timed between events behind a kernel that holds the stream
 (`device_seconds`), so the figure is device time, not the host's launch time; without one, the twin by wall clock.
+
+A model's round reads each weight once, between the others, so every weight comes from device memory. Timing one
+weight over and over would read a weight of a few MB from the L2 cache instead, faster than any round can. So on a
+GPU each weight is uploaded in as many copies as make `--cold-mib` MiB together (`weight_copies`), and the timed calls
+take them in turn: each call reads a copy that the copies read since, and their uploads, have pushed out of the cache.
+`--cold-mib 0` times one copy, warm in the cache.
 """
 import functools
+import itertools
 import json
 
 import numpy as np
@@ -42,6 +49,11 @@ def projections(config) -> list:
             ("lm_head", c.vocab_size, c.hidden_size, None, False)]
 
 
+def weight_copies(nbytes: int, cold_bytes: int) -> int:
+    """Copies of a weight of `nbytes` that together take at least `cold_bytes` (one at least)."""
+    return max(1, -(-cold_bytes // nbytes))
+
+
 def run(args) -> int:
     from tensorfold.backends import make_backend
     from tensorfold.contract.gemm import random_affine
@@ -54,20 +66,27 @@ def run(args) -> int:
     if gpu:
         results["copy_bytes_per_s"] = copy_bandwidth(backend, args.copy_mib << 20, repeats=20)
         print(f"copy: {results['copy_bytes_per_s'] / 1e9:,.0f} GB/s (read + write)", flush=True)
+        print(f"each weight timed in copies of {args.cold_mib} MiB together, taken in turn" if args.cold_mib else
+              "one copy of each weight, timed over and over (warm in the L2 cache)", flush=True)
     for name, outs, columns, parts, gated in projections(bench_config(args.config)):
         packed, scales, biases = random_affine(rng, outs, columns, args.bits, args.group_size)
         nbytes = packed.nbytes + scales.nbytes + biases.nbytes
-        weight = [backend.upload(a) for a in (packed, scales, biases)]
+        copies = weight_copies(nbytes, args.cold_mib << 20) if gpu else 1
+        weights = [[backend.upload(a) for a in (packed, scales, biases)] for _ in range(copies)]
         for rows in args.rows:
             x = backend.upload(rng.normal(size=(rows, columns)).astype(np.float32))
             if gpu:
-                call = functools.partial(gemm.launch_gemm, x, outs, *weight, args.bits, args.group_size,
-                                         stream=backend.stream, parts=parts, gated=gated)
+                turn = itertools.cycle(weights)
+
+                def call():
+                    return gemm.launch_gemm(x, outs, *next(turn), args.bits, args.group_size, stream=backend.stream,
+                                            parts=parts, gated=gated)
             else:  # the twin, once: it is the CPU's figure, and a slow one at the head
-                call = functools.partial(gemm.gemm_affine, x, *weight, args.bits, args.group_size)
+                call = functools.partial(gemm.gemm_affine, x, *weights[0], args.bits, args.group_size)
             seconds = device_seconds(backend, call, args.repeats if gpu else 1)
             row = {"projection": name, "rows": rows, "outputs": outs, "columns": columns, "bytes": nbytes,
-                   "seconds": seconds, "bytes_per_s": nbytes / seconds, "tops": 2 * rows * outs * columns / seconds / 1e12}
+                   "copies": copies, "seconds": seconds, "bytes_per_s": nbytes / seconds,
+                   "tops": 2 * rows * outs * columns / seconds / 1e12}
             if gpu:
                 row["of_copy"] = row["bytes_per_s"] / results["copy_bytes_per_s"]
             results["shapes"].append(row)
@@ -88,6 +107,9 @@ def add_parser(kinds) -> None:
     p.add_argument("--rows", type=lambda s: [int(r) for r in s.split(",")], default=[1, 4, 16, 64, 512])
     p.add_argument("--repeats", type=int, default=20, help="calls timed together")
     p.add_argument("--copy-mib", type=int, default=1024, help="size of the array copied for the bandwidth bar")
+    p.add_argument("--cold-mib", type=int, default=256,
+                   help="on a GPU, each weight in copies of at least this many MiB together, timed in turn, so that "
+                        "every call reads its weight from device memory (0: one copy, warm in the L2 cache)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.set_defaults(run=run)
