@@ -29,3 +29,15 @@ def test_busiest_block_is_the_loop_with_the_most_ffma():
     assert loop == {"FFMA": 2, "LDG": 1, "I2FP": 1, "BRA": 1}
     # control: with its labels hidden the kernel is one block, and the same reading counts every FFMA in it
     assert tool.busiest_block(SASS.replace(".L_x_", "x_"))["FFMA"] == 4
+
+
+def test_blocks_a_multiprocessor_from_registers_threads_and_shared_memory():
+    spec = importlib.util.spec_from_file_location("sass_counts", SCRIPT)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    blocks = tool.blocks_a_multiprocessor
+    # the GEMM kernels' blocks of 4 warps: a warp's registers come in units of 256 (8 a thread)
+    assert [blocks(r, 128) for r in (106, 128, 168, 246)] == [4, 4, 3, 2]
+    assert blocks(174, 128) == 2  # six registers past 168 cost a block (what the wide round kernel once did)
+    assert blocks(32, 1024) == 2 and blocks(16, 32) == 32  # the threads bound, the blocks bound
+    assert blocks(106, 128, 100 << 10) == 2  # the shared memory bound

@@ -9,13 +9,16 @@ the package does not:
 
 For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's, the
 routed experts' grouped GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan it prints the
-registers a thread takes (which decide how many blocks share an SM), the bytes spilled to local memory, and the basic
-block with the most multiply-adds (FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also
+registers a thread takes and the blocks of its launch's size that fit on a multiprocessor with them and its shared
+memory (`blocks_a_multiprocessor`: where a change of registers costs a block, the warps that hide each load's
+latency go with it), the bytes spilled to local memory, and the basic block with the most multiply-adds (FFMA, or
+IMMA on the tensor cores): its instruction count and mix. Compiling also
 catches what the simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A
 change to a loop can be shaped here before it is timed; timings still decide.
 """
 import collections
 import glob
+import math
 import os
 import re
 import subprocess
@@ -23,6 +26,9 @@ import sys
 import tempfile
 
 COMPUTE_CAPABILITY = (9, 0)
+# a compute capability 9.0 multiprocessor: its registers, threads, blocks and shared memory, and the registers a warp
+# is given at a time (a warp's registers are a whole number of these)
+REGISTERS, THREADS, BLOCKS, SHARED_BYTES, WARP_REGISTER_UNIT = 65536, 2048, 32, 228 << 10, 256
 INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")  # /*0f70*/ @P0 LDG.E ...
 
 
@@ -46,8 +52,19 @@ def without_a_device():
     dispatcher.get_current_device = Device
 
 
+def blocks_a_multiprocessor(registers, threads, shared_bytes=0):
+    """Blocks of `threads` threads, each thread with `registers` registers and each block with `shared_bytes` of
+    shared memory, that a multiprocessor holds at once."""
+    warps = -(-threads // 32)
+    warp_registers = -(-registers * 32 // WARP_REGISTER_UNIT) * WARP_REGISTER_UNIT
+    limits = [REGISTERS // (warps * warp_registers), THREADS // (32 * warps), BLOCKS]
+    if shared_bytes:
+        limits.append(SHARED_BYTES // shared_bytes)
+    return min(limits)
+
+
 def sass(py_func, signature):
-    """(registers, spilled bytes, SASS text) of a kernel's Python function compiled for `signature`."""
+    """(registers, spilled bytes, shared bytes, SASS text) of a kernel's Python function compiled for `signature`."""
     from numba import cuda
     ptx, _ = cuda.compile_ptx(py_func, signature, cc=COMPUTE_CAPABILITY)
     arch = "sm_{}{}".format(*COMPUTE_CAPABILITY)
@@ -61,7 +78,8 @@ def sass(py_func, signature):
                               check=True).stdout
     registers = int(re.search(r"Used (\d+) registers", report).group(1))
     spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
-    return registers, spilled, text
+    shared = re.search(r"(\d+) bytes smem", report)
+    return registers, spilled, int(shared.group(1)) if shared else 0, text
 
 
 def busiest_block(text):
@@ -83,6 +101,7 @@ def main():
     from numba import types
 
     from tensorfold.cuda import deltanet, experts, gemm, quantize, rmsnorm
+    from tensorfold.device.grid import BLOCK
     u32, i32, f32, f64 = (getattr(types, name)[::1] for name in ("uint32", "int32", "float32", "float64"))
     f2, f3, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.int32[:, ::1]
     # gemm_kernel's arguments (digits, exponents, S, columns, padded rows, codes, words a row, scales, biases,
@@ -92,26 +111,31 @@ def main():
     # the round kernel's: products' up to groups a row, then rows, outputs, y and the parts' three ends
     rounds = products[:10] + (types.int64, types.int64, f32, types.int64, types.int64, types.int64)
     round_words = gemm.kernel_shape(1, 4, 64, 2048)[0]
+    chunks = 2048 // gemm.CHUNK_COLUMNS
+    quantize_threads = math.gcd(BLOCK, 2048 // quantize.QUANTIZE_COLUMNS)
+    # (name, kernel, signature, threads a block as launched)
     kernels = [(f"exact GEMM and combine, 4-bit, {name}", gemm.round_kernel(
-        4, 64, *gemm.kernel_shape(rows, 4, 64, 2048), 2048 // gemm.CHUNK_COLUMNS, False), rounds)
+        4, 64, *gemm.kernel_shape(rows, 4, 64, 2048), chunks, False), rounds, chunks * 32)
         for name, rows in (("1 row", 1), ("16 rows", 16))]
     kernels += [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048, outs)),
-                 products) for name, rows, outs in (("1 row of a wide weight (gate/up)", 1, 12288),
-                                                    ("a prompt chunk", 512, 2048))]
+                 products, gemm.WARPS * 32) for name, rows, outs in (("1 row of a wide weight (gate/up)", 1, 12288),
+                                                                     ("a prompt chunk", 512, 2048))]
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
-                 products + (i32, i32, types.int64)),
-                ("expert grouping (the pairs sorted by expert)", experts.group_kernel, (i2, types.int64, types.int64,
-                                                                                        i32, i32)),
+                 products + (i32, i32, types.int64), experts.BLOCK_THREADS),
+                ("expert grouping (the pairs sorted by expert)", experts.group_kernel,
+                 (i2, types.int64, types.int64, i32, i32), experts.GROUP_THREADS),
                 ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),
-                 (f2, types.int8[:, :, ::1], i2, i2)),
-                ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2)),
+                 (f2, types.int8[:, :, ::1], i2, i2), quantize_threads),
+                ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2), rmsnorm.THREADS),
                 ("DeltaNet scan, dk 128", deltanet.scan_kernel(128),
-                 (f3, f3, f3, f3, f2, f2, i32, i2, f3, f3, f2, f3, f3))]
-    for name, kernel, signature in kernels:
-        registers, spilled, text = sass(kernel.py_func, signature)
+                 (f3, f3, f3, f3, f2, f2, i32, i2, f3, f3, f2, f3, f3), deltanet.SCAN_THREADS)]
+    for name, kernel, signature, threads in kernels:
+        registers, spilled, shared, text = sass(kernel.py_func, signature)
+        blocks = blocks_a_multiprocessor(registers, threads, shared)
         loop = busiest_block(text)
         mix = ", ".join(f"{count} {opcode}" for opcode, count in loop.most_common(8))
-        print(f"{name}: {registers} registers, {spilled} bytes spilled; loop {sum(loop.values())} instructions: {mix}")
+        print(f"{name}: {registers} registers, {blocks} blocks of {threads} threads a multiprocessor, {spilled} bytes "
+              f"spilled; loop {sum(loop.values())} instructions: {mix}")
 
 
 if __name__ == "__main__":
