@@ -12,9 +12,9 @@ routed experts' grouped GEMM and their grouping, x's quantize, the residual norm
 registers a thread takes and the blocks of its launch's size that fit on a multiprocessor with them and its shared
 memory (`blocks_a_multiprocessor`: where a change of registers costs a block, the warps that hide each load's
 latency go with it), the bytes spilled to local memory, and the basic block with the most multiply-adds (FFMA, or
-IMMA on the tensor cores): its instruction count and mix. Compiling also
-catches what the simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A
-change to a loop can be shaped here before it is timed; timings still decide.
+IMMA on the tensor cores): its instruction count and mix. Compiling also catches what the simulator does not (a
+shared array sized by an expression, a type numba cannot infer for the GPU). A change to a loop can be shaped here
+before it is timed; timings still decide.
 """
 import collections
 import glob
