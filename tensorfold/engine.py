@@ -58,7 +58,7 @@ class Engine:
         self.keep = keep or KeepPolicy(late=os.environ.get("TENSORFOLD_KEEP_LATE", "1") != "0")
         self.prompt_cache = prompt_cache  # a PromptCache, or None
         # decode rounds, drafted or not, replayed from CUDA graphs (model/replay.py): on the GPU, unless turned off
-        self.graphs = DecodeGraphs(model.net) if replays_decode_rounds(model.backend, graphs) else None
+        self.graphs = DecodeGraphs(model.net, lanes=parallel) if replays_decode_rounds(model.backend, graphs) else None
         # undrafted one-row rounds replayed ahead of their tokens (the module's docstring), with recordings, when
         # `ahead` is True, or None with TENSORFOLD_AHEAD=1: off by default, slower as measured (docs/performance.rst)
         self.pipelined = self.graphs is not None and (
@@ -290,7 +290,8 @@ class Engine:
             if all(lane is not state for state in held):
                 lane.reset()
                 return lane
-        self.lanes.append(self.model.net.new_state(max_rows=self.context, policy=self.keep))
+        pool = self.graphs.pool if self.graphs is not None else None  # recorded rounds scan the lanes' states together
+        self.lanes.append(self.model.net.new_state(self.context, self.keep, pool, lane=len(self.lanes)))
         return self.lanes[-1]
 
     def _window(self, stream: Stream, drafting: bool = True) -> Window:

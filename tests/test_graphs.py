@@ -29,19 +29,23 @@ def graph_model(request, on_gpu, tmp_path_factory):
 PROMPTS = ([5, 17, 99, 3, 42, 7], [250, 8, 61])
 
 
-def prompted(model) -> tuple:
-    """Each prompt but its last token fed to a stream of its own: (the states, each prompt's last token)."""
-    states = [model.net.new_state(max_rows=64) for _ in PROMPTS]
+def prompted(model, pool=None) -> tuple:
+    """Each prompt but its last token fed to a stream of its own (its DeltaNet states lane n of `pool`, if given):
+    (the states, each prompt's last token)."""
+    states = [model.net.new_state(max_rows=64, pool=pool, lane=n) for n in range(len(PROMPTS))]
     model.net.forward_round([Window(state, prompt[:-1], "last") for state, prompt in zip(states, PROMPTS)])
     for state, prompt in zip(states, PROMPTS):
         state.keep(len(prompt) - 1, write_back=True)
     return states, [p[-1] for p in PROMPTS]
 
 
-def decode(model, rounds: int, graphs: DecodeGraphs | None) -> list:
+def decode(model, rounds: int, graphs: DecodeGraphs | None, pool=None, swap_lanes=False) -> list:
     """Feed each prompt, then `rounds` decode rounds of both streams together (each fed its own greedy token);
-    returns the logits bytes of every round, stream by stream."""
-    net, (states, tokens) = model.net, prompted(model)
+    returns the logits bytes of every round, stream by stream. `swap_lanes` plants two pooled streams' lane indices
+    swapped, their states' views left as they are."""
+    net, (states, tokens) = model.net, prompted(model, pool)
+    if swap_lanes:
+        states[0].lane, states[1].lane = states[1].lane, states[0].lane
     seen = []
     for _ in range(rounds):
         windows = [Window(state, [token]) for state, token in zip(states, tokens)]
@@ -375,3 +379,16 @@ def test_control_unpadded_drafts_record_each_length(graph_model, undrafted, monk
     """Control: windows left at their own rows make a recording for each length."""
     monkeypatch.setattr(engine_module, "MAX_ROWS", 0)
     assert shrinking_drafts(graph_model, undrafted[0]) == (undrafted[0], 2)
+
+
+
+def test_replayed_one_row_rounds_scan_every_lane_in_one_launch(graph_model, eager, monkeypatch):
+    """Streams whose DeltaNet states are views of one lane pool (an engine's lanes) replay their one-row rounds with
+    one scan launch a layer for all of them, and give the eager rounds' bits; control: two streams' lane indices
+    swapped (each window scans, and writes, the other's state) differ."""
+    graphs = DecodeGraphs(graph_model.net, lanes=len(PROMPTS))
+    counted, scan = [], graph_model.backend.deltanet_scan_lanes
+    monkeypatch.setattr(graph_model.backend, "deltanet_scan_lanes", lambda *args: (counted.append(1), scan(*args))[1])
+    assert decode(graph_model, 2, graphs, graphs.pool) == eager and counted
+    swapped = DecodeGraphs(graph_model.net, lanes=len(PROMPTS))
+    assert decode(graph_model, 2, swapped, swapped.pool, swap_lanes=True) != eager

@@ -374,3 +374,28 @@ def test_seeded_draws_follow_the_distribution():
     logits = np.log(np.array([0.1, 0.6, 0.3], np.float32))
     counts = np.bincount([sampling.sample(logits, 11, n, temperature=1.0) for n in range(3000)], minlength=3)
     assert np.allclose(counts / 3000, [0.1, 0.6, 0.3], atol=0.03)
+
+
+def test_numpy_backends_lanes_scan_writes_each_lanes_state_in_place():
+    """The numpy backend's one-launch scan of one-row windows (ops.deltanet_scan_lanes): each window's row and its
+    lane's state, written over that lane's row of the pool, as the window alone would give; the other lanes' rows
+    untouched. Control: the windows' lanes in the other order give other states."""
+    from tensorfold.backends import NumpyBackend
+    from tensorfold.cuda.deltanet import deltanet_scan
+    rng = np.random.default_rng(4)
+    pool = rng.normal(size=(4, 2, 3, 5)).astype(np.float32)
+    q, k = (rng.normal(size=(2, 1, 3)).astype(np.float32) for _ in range(2))
+    v = rng.normal(size=(2, 2, 5)).astype(np.float32)
+    decay, beta = rng.uniform(0.2, 1, size=(2, 2, 2)).astype(np.float32)
+    lanes, out = np.array([2, 0], np.int32), np.empty((2, 2, 5), np.float32)
+    scanned = pool.copy()
+    log = NumpyBackend().deltanet_scan_lanes(scanned, lanes, q, k, v, decay, beta, out)
+    for w, lane in enumerate(lanes):
+        one = slice(w, w + 1)
+        rows, after, alone = deltanet_scan(pool[lane], q[one], k[one], v[one], decay[one], beta[one])
+        assert np.array_equal(out[one], rows) and np.array_equal(scanned[lane], after)
+        assert all(np.array_equal(part[one], row) for part, row in zip(log, alone))
+    assert np.array_equal(scanned[[1, 3]], pool[[1, 3]])
+    swapped = pool.copy()
+    NumpyBackend().deltanet_scan_lanes(swapped, lanes[::-1].copy(), q, k, v, decay, beta, np.empty_like(out))
+    assert not np.array_equal(swapped, scanned)

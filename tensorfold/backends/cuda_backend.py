@@ -163,6 +163,9 @@ class CudaBackend:
         return deltanet.deltanet_scan_launch(state, q, k, v, decay, beta, depths, path_slots, in_place, out=out,
                                              stream=self.stream)
 
+    def deltanet_scan_lanes(self, pool, lanes, q, k, v, decay, beta, out):
+        return deltanet.deltanet_scan_lanes_launch(pool, lanes, q, k, v, decay, beta, out, stream=self.stream)
+
     def deltanet_apply(self, state, log, path, in_place=False):
         return deltanet.deltanet_apply_launch(state, log, path, in_place=in_place, stream=self.stream)
 

@@ -83,6 +83,12 @@ class NumpyBackend:
         rows, after, log = deltanet.deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)
         return written(out, rows), written(state if in_place else None, after), log
 
+    def deltanet_scan_lanes(self, pool, lanes, q, k, v, decay, beta, out):
+        """The twin; its rows written into `out`, the lanes' states over their rows of `pool`."""
+        rows, pool[...], log = deltanet.deltanet_scan_lanes(pool, lanes, q, k, v, decay, beta)
+        written(out, rows)
+        return log
+
     def deltanet_apply(self, state, log, path, in_place=False):
         """The twin; `in_place`, the new state written over `state`."""
         return written(state if in_place else None, deltanet.deltanet_apply(state, log, path))

@@ -65,6 +65,9 @@ class Ops(Protocol):
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         """(out [rows, nv, dv], state after the last row [nv, dk, dv], log) of the gated delta rule, chain or tree."""
 
+    def deltanet_scan_lanes(self, pool, lanes, q, k, v, decay, beta, out):
+        """Each window w's one row scanned from pool[lanes[w]] and written over it, into out row w; returns the log."""
+
     def deltanet_apply(self, state, log, path, in_place=False):
         """The state [nv, dk, dv] after replaying the scan log's rows `path` (in order) from `state`."""
 

@@ -11,6 +11,8 @@ from tensorfold.cuda.deltanet import (
     deltanet_apply_launch,
     deltanet_gates,
     deltanet_scan,
+    deltanet_scan_lanes,
+    deltanet_scan_lanes_launch,
     deltanet_scan_launch,
     scan_inputs,
     scan_inputs_kernel,
@@ -153,6 +155,44 @@ def _launch_scan(state, q, k, v, decay, beta, depths, path_slots):
     return to_host((out, new_state, *log))
 
 
+def _lanes_cases(mode, rng):
+    """One row for each of several windows, each from its lane's row of a pool: in the simulator 3 windows of a
+    pool of 5 lanes (not in lane order, a lane left out); on GPU 16 windows of 16 lanes and 3 of 64, at Qwen3.5's
+    DeltaNet (16 heads of 128) and the 4B's (32 value heads)."""
+    shapes = [(5, [3, 0, 4], 2, 1, 3, 4), (4, [1, 2, 3], 4, 2, 8, 6)] if mode == "sim" else [
+        (16, list(range(16)), 16, 16, 128, 128), (64, [40, 3, 63], 16, 16, 128, 128), (4, [2, 0], 32, 16, 128, 128)]
+    cases = []
+    for lanes, order, nv, nk, dk, dv in shapes:
+        windows = len(order)
+        decay, beta = deltanet_gates(**_gate_inputs(rng, windows, nv))
+        cases.append((f"{windows} of {lanes} lanes, {nv}/{nk} heads, {dk}x{dv}", {
+            "pool": (rng.normal(size=(lanes, nv, dk, dv)) * 0.1).astype(np.float32),
+            "lanes": np.array(order, np.int32),
+            "q": l2norm(rng.normal(size=(windows, nk, dk)).astype(np.float32), 1e-6, scale=dk ** -0.5),
+            "k": l2norm(rng.normal(size=(windows, nk, dk)).astype(np.float32), 1e-6),
+            "v": rng.normal(size=(windows, nv, dv)).astype(np.float32), "decay": decay, "beta": beta}))
+    return cases
+
+
+def _twin_lanes(pool, lanes, q, k, v, decay, beta):
+    out, pool, log = deltanet_scan_lanes(pool, lanes, q, k, v, decay, beta)
+    return (out, pool, *log)  # flat, for the byte comparison
+
+
+def _launch_lanes(pool, lanes, q, k, v, decay, beta):
+    pool, lanes, *rows = _dev(pool, lanes, q, k, v, decay, beta)
+    out = cuda.device_array((q.shape[0], *v.shape[1:]), np.float32)
+    log = deltanet_scan_lanes_launch(pool, lanes, *rows, out)
+    return to_host((out, pool, *log))
+
+
+def _next_lane(inputs):
+    """Planted: the first window scans the lane after its own."""
+    lanes = inputs["lanes"].copy()
+    lanes[0] = (lanes[0] + 1) % len(inputs["pool"])
+    return {**inputs, "lanes": lanes}
+
+
 def _twin_apply(state, decay, delta, key, path):
     return deltanet_apply(state, (decay, delta, key), path)
 
@@ -172,6 +212,9 @@ CONTRACT = [
                 {"two swapped rows": swap_rows(*_SCAN_ROWS), "a dropped row": drop_row(*_SCAN_ROWS),
                  "a parent swapped": _parent_swapped, "a depth off by one": _depth_off_by_one,
                  "a tree read in slot order": _read_in_slot_order}, kernels=(scan_kernel,)),
+    KernelCheck("deltanet_scan lanes", _twin_lanes, _launch_lanes, _lanes_cases,
+                {"a window on the next lane's state": _next_lane, "two windows' rows swapped": swap_rows(*_SCAN_ROWS)},
+                kernels=(scan_kernel,)),
     KernelCheck("deltanet_apply", _twin_apply, _launch_apply, _apply_cases,
                 {"a dropped row": drop_row("path", row=None), "two swapped rows": swap_rows("path"),
                  "a padding entry read as a row": padding_read("path")}, kernels=(deltanet_apply_kernel,)),

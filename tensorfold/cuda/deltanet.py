@@ -138,6 +138,19 @@ def deltanet_scan(state, q, k, v, decay, beta, depths=None, path_slots=None):
     return out, state, (np.array(decay, np.float32), deltas, k)
 
 
+def deltanet_scan_lanes(pool, lanes, q, k, v, decay, beta):
+    """One row for each window w from pool[lanes[w]] (pool [lanes, nv, dk, dv]): each window's row alone, as
+    `deltanet_scan`, its state written back into a copy of the pool. Returns (out [windows, nv, dv], the pool after,
+    log) with every window's log rows in window order."""
+    pool, out, logs = np.array(pool, np.float32, copy=True), [], []
+    for w, lane in enumerate(np.asarray(lanes)):
+        rows, pool[lane], log = deltanet_scan(pool[lane], q[w:w + 1], k[w:w + 1], v[w:w + 1], decay[w:w + 1],
+                                              beta[w:w + 1])
+        out.append(rows)
+        logs.append(log)
+    return np.concatenate(out), pool, tuple(np.concatenate(part) for part in zip(*logs))
+
+
 def deltanet_apply(state, log, path):
     """Replay the logged rows `path` (in order, up to its first negative entry) into `state` [nv, dk, dv]: decay,
     then write, as the scan did."""
@@ -162,6 +175,8 @@ def deltanet_apply(state, log, path):
 COLUMNS = 32  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
 SCAN_THREADS = COLUMNS * SUM_CHAINS  # a thread per column and chain: consecutive threads are one column's chains
 ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
+# a window of one row's depths and path slots: constants of the kernel that scans one row of many lanes
+ONE_ROW_DEPTHS, ONE_ROW_SLOTS = paths.depths(paths.chain(1)), paths.path_slots(paths.chain(1))
 
 
 @kernel
@@ -206,13 +221,14 @@ def scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stre
     return q.reshape(rows, heads, dk), k.reshape(rows, heads, dk), v, decay, beta
 
 
-def scan_kernel(dk):
+def scan_kernel(dk, lanes=False):
     """The scan kernel for key heads of dk (a constant of the closure, so the loops over a chain's elements have a
     fixed count and `col`, `keys` and `queries` fixed sizes). A block is COLUMNS columns of one value head
     (blockIdx.y), SUM_CHAINS threads a column. The rows go a tile of ROWS_STAGED at a time: the block stages the
     tile's keys and queries, which every column of the head reads, in shared memory together (`stage_tile`), so the
     two sums read them there instead of each thread loading them from global memory, and the tile's barriers come
-    once a tile instead of once a row.
+    once a tile instead of once a row. With `lanes`, the kernel of `deltanet_scan_lanes_launch`: blockIdx.z is a
+    window of one row, whose state is its lane's row of a pool, written over it (`scan_window` is the same).
 
     A thread reads its chain of the state and of a logged key through a view (`state[h, c::SUM_CHAINS, j]`), and the
     staged keys and queries by chain (`keys[u, c, m]`), so that in the unrolled loops each element is at a fixed
@@ -269,9 +285,9 @@ def scan_kernel(dk):
         pair = chain + shfl_xor(chain, 1, FULL_WARP)
         return pair + shfl_xor(pair, 2, FULL_WARP)
 
-    @kernel
-    def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
-                             log_key):
+    @cuda.jit(device=True)
+    def scan_window(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta, log_key):
+        """The block's columns of one window, from `state` to `new_state` (which may be `state`)."""
         h, t = cuda.blockIdx.y, cuda.threadIdx.x
         column, c = t // SUM_CHAINS, t % SUM_CHAINS  # the thread's column in the block and its chain
         nv, dv, rows = state.shape[0], state.shape[2], q.shape[0]
@@ -333,10 +349,23 @@ def scan_kernel(dk):
                 if whole or m < chain_length:
                     end[m] = col[m]
 
-    return deltanet_scan_kernel
+    @kernel
+    def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
+                             log_key):
+        scan_window(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta, log_key)
+
+    @kernel
+    def deltanet_scan_lanes_kernel(pool, lanes, q, k, v, decay, beta, out, log_decay, log_delta, log_key):
+        w = cuda.blockIdx.z  # window w: row w of the round, from its lane's state and written over it
+        state, one = pool[lanes[w]], slice(w, w + 1)
+        depths, path_slots = cuda.const.array_like(ONE_ROW_DEPTHS), cuda.const.array_like(ONE_ROW_SLOTS)
+        scan_window(state, q[one], k[one], v[one], decay[one], beta[one], depths, path_slots, out[one], state,
+                    log_decay[one], log_delta[one], log_key[one])
+
+    return deltanet_scan_lanes_kernel if lanes else deltanet_scan_kernel
 
 
-scan_kernels = {}  # dk -> its scan kernel, compiled on first use
+scan_kernels = {}  # dk (and "lanes") -> its scan kernel, compiled on first use
 
 
 def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=None, in_place=False, out=None,
@@ -364,6 +393,21 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
     scan_kernels[dk][(-(-dv // COLUMNS), nv), SCAN_THREADS, stream](state, q, k, v, decay, beta, depths, path_slots,
                                                                      out, new_state, *log)
     return out, new_state, log
+
+
+def deltanet_scan_lanes_launch(pool, lanes, q, k, v, decay, beta, out, stream=0):
+    """Window w's one row from pool[lanes[w]] [nv, dk, dv], written over it, for every window in one launch: row w
+    of `out` and the log (decay, delta, key) of every row, as `deltanet_scan_launch` of each window alone."""
+    windows, (nv, dk, dv) = q.shape[0], pool.shape[1:]
+    assert nv % q.shape[1] == 0 and lanes.shape[0] == windows, "one row a window, value heads a multiple of keys"
+    log = (cuda.device_array((windows, nv), np.float32, stream=stream),
+           cuda.device_array((windows, nv, dv), np.float32, stream=stream),
+           cuda.device_array((windows, nv, dk), np.float32, stream=stream))
+    if (dk, "lanes") not in scan_kernels:
+        scan_kernels[dk, "lanes"] = scan_kernel(dk, lanes=True)
+    scan_kernels[dk, "lanes"][(-(-dv // COLUMNS), nv, windows), SCAN_THREADS, stream](
+        pool, lanes, q, k, v, decay, beta, out, *log)
+    return log
 
 
 @kernel

@@ -44,14 +44,27 @@ def pending_row_bytes(config: ModelConfig) -> int:
         1 + c.linear_value_head_dim + c.linear_key_head_dim)
 
 
+class LanePool:
+    """The DeltaNet states of an engine's lanes, one array a layer [lanes, nv, dk, dv]: lane n's state is a view of
+    row n, so that a round of one-row windows scans every lane's in one launch (`ops.deltanet_scan_lanes`)."""
+
+    def __init__(self, config: ModelConfig, ops, lanes: int):
+        c = config
+        self.lanes = lanes
+        self.states = {i: ops.zeros((lanes, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim))
+                       for i, kind in enumerate(c.layer_types) if kind == "linear_attention"}
+
+
 class StreamState:
     """One stream's cache: its committed length, and per layer the DeltaNet state, conv tail and pending rows, or
     the attention keys and values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are
-    committed)."""
+    committed). With a `pool`, its DeltaNet states are views of lane `lane`'s row there."""
 
-    def __init__(self, config: ModelConfig, ops, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()):
+    def __init__(self, config: ModelConfig, ops, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy(),
+                 pool: LanePool | None = None, lane: int = 0):
         c = self.config = config
         self.ops, self.policy = ops, policy
+        self.pool, self.lane = pool, lane
         self.max_rows = max_rows  # key/value buffers never grow past this (the engine's context), if set
         self.length = 0
         self.window_rows = 0  # rows of the last forward not yet kept or dropped
@@ -64,8 +77,8 @@ class StreamState:
         self.kv_home = {}  # layer -> (keys, values): the buffers `reserve` grows and `settle` copies a restore into
         for i, kind in enumerate(c.layer_types):
             if kind == "linear_attention":
-                self.recurrent[i] = ops.zeros((c.linear_num_value_heads, c.linear_key_head_dim,
-                                               c.linear_value_head_dim))
+                self.recurrent[i] = pool.states[i][lane] if pool else ops.zeros(
+                    (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim))
                 self.conv_tail[i] = ops.zeros((c.linear_conv_kernel_dim - 1, c.conv_dim))
                 self.home[i] = (self.recurrent[i], self.conv_tail[i])
             else:

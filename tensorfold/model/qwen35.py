@@ -5,17 +5,18 @@ layer or a gated full-attention layer (config.layer_types).
 
 A round runs the windows of several streams at once (rows.py). Row-wise work (projections, norms, the MLP, the head)
 runs once over every row of the round; the work that reads a stream's history (the conv, the DeltaNet scan, RoPE
-positions, attention) runs window by window against that stream's cache (cache.py), one launch per window for
-each, chain or tree alike. Every op's arithmetic for one row is independent of the rows beside it, so a row
-computes the same bits in a prompt pass, in a one-row step, beside another stream's window, or beside its siblings
-in a tree. A forward keeps nothing: the stream's `keep` commits the rows the round accepted.
+positions, attention) runs window by window against that stream's cache (cache.py), one launch per window for each,
+chain or tree alike; the DeltaNet scan of a recorded round of one-row windows whose states are one lane pool's (an
+engine's lanes) runs for every window in one launch. Every op's arithmetic for one row is independent of the rows beside
+it, so a row computes the same bits in a prompt pass, in a one-row step, beside another stream's window, or beside its
+siblings in a tree. A forward keeps nothing: the stream's `keep` commits the rows the round accepted.
 """
 import math
 
 import numpy as np
 
 from tensorfold.cuda.attention import CHUNK as KEYS_A_PARTIAL
-from tensorfold.model.cache import DeltaNetRecord, KeepPolicy, StreamState
+from tensorfold.model.cache import DeltaNetRecord, KeepPolicy, LanePool, StreamState
 from tensorfold.model.config import ModelConfig
 from tensorfold.model.moe import sparse_block, upload_sparse_block
 from tensorfold.model.projections import PROJECTIONS, stack_projections
@@ -53,8 +54,13 @@ class Qwen35:
         PROJECTIONS: one GEMV per stacked weight, which writes each projection's output as its own array."""
         return [y for weight, widths in self.projections[prefix] for y in self.ops.linear_parts(x, weight, widths)]
 
-    def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy()) -> StreamState:
-        return StreamState(self.config, self.ops, max_rows, policy)
+    def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy(), pool: LanePool | None = None,
+                  lane: int = 0) -> StreamState:
+        return StreamState(self.config, self.ops, max_rows, policy, pool, lane)
+
+    def lane_pool(self, lanes: int) -> LanePool:
+        """The DeltaNet states of `lanes` lanes in one array a layer (cache.LanePool)."""
+        return LanePool(self.config, self.ops, lanes)
 
     def forward(self, ids, state: StreamState, logits_for="all"):
         """One window on its own, kept whole and written back: the logits of `ids` continuing `state`."""
@@ -131,7 +137,9 @@ class Qwen35:
 
         The conv and the scan read each stream's own history, so they run window by window (each row's conv
         window is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's
-        state), writing their rows into arrays of the whole round; everything else runs once over every row."""
+        state), writing their rows into arrays of the whole round; everything else runs once over every row. A
+        recorded round of one-row windows of one lane pool (`inputs.lanes`) scans them all in one launch, each from
+        its lane's state and written over it, as the in-place one-row scan does window by window."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
@@ -149,17 +157,24 @@ class Qwen35:
                                                L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
-        with ops.side_by_side(len(windows)) as lanes:
-            for n, (win, (a, b), new_tail) in enumerate(zip(windows, spans, tails)):
-                state, maps = win.state, win.maps
-                with lanes.lane(n):
-                    start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
-                    # A recorded one-row round writes the new state over the stored one (replay.py); otherwise the
-                    # keep decides which state the stream goes on from.
-                    _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
-                                                      maps.depths, maps.path_slots, out=out[a:b],
-                                                      in_place=inputs.in_place)
-                state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
+        if inputs.lanes is not None:  # one-row windows of one lane pool: every lane's state in one launch, in place
+            log = ops.deltanet_scan_lanes(windows[0].state.pool.states[i], inputs.lanes, q, k, v, decay, beta, out)
+            for win, (a, b), new_tail in zip(windows, spans, tails):
+                state = win.state.recurrent[i]
+                win.state.records[i] = DeltaNetRecord(state, state, tuple(part[a:b] for part in log), mixed[a:b],
+                                                      win.state.conv_tail[i], new_tail)
+        else:
+            with ops.side_by_side(len(windows)) as lanes:
+                for n, (win, (a, b), new_tail) in enumerate(zip(windows, spans, tails)):
+                    state, maps = win.state, win.maps
+                    with lanes.lane(n):
+                        start = state.scan_start(i)  # the pending rows of the deferred keep, replayed first
+                        # A recorded one-row round writes the new state over the stored one (replay.py); otherwise the
+                        # keep decides which state the stream goes on from.
+                        _, after, log = ops.deltanet_scan(start, q[a:b], k[a:b], v[a:b], decay[a:b], beta[a:b],
+                                                          maps.depths, maps.path_slots, out=out[a:b],
+                                                          in_place=inputs.in_place)
+                    state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
         y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
         return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
 

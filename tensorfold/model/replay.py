@@ -114,8 +114,9 @@ class DecodeGraphs:
     """Recorded decode rounds of one model (on a backend that `can_record`), keyed by their streams' cache buffers
     and window shapes."""
 
-    def __init__(self, net, capacity: int = 16):
+    def __init__(self, net, capacity: int = 16, lanes: int = 0):
         self.net, self.capacity = net, capacity
+        self.pool = net.lane_pool(lanes) if lanes else None  # the DeltaNet states of an engine's `lanes` lanes
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
         self.recorded = self.replayed = 0  # counts, for tests and the benchmark
         self.keeping = None  # the drafted round replayed last, whose keep `keep_round` replays
@@ -229,7 +230,9 @@ class DecodeGraphs:
         integers, readable = ops.mapped(shape, np.int32)
         table = ops.upload(np.zeros(shape, np.int32))
         in_place = all(len(win.ids) == 1 for win in windows)
-        inputs = RoundInputs.on(ops, table, recorded=True, in_place=in_place)
+        pooled = in_place and self.pool is not None and all(win.state.pool is self.pool for win in windows)
+        lanes = ops.upload(np.array([win.state.lane for win in windows], np.int32)) if pooled else None
+        inputs = RoundInputs.on(ops, table, recorded=True, in_place=in_place, lanes=lanes)
         trees = [win for win in windows if win.parents is not None]
         maps = None
         if trees:  # a tree reads its maps from a buffer each replay rewrites, as it does the integers

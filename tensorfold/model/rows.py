@@ -62,6 +62,7 @@ class RoundInputs:
     committed: object
     recorded: bool = False  # the attention's chunks cover each stream's whole cache (key counts change per replay)
     in_place: bool = False  # a recorded one-row round: the scan and the conv write over the stored state and tail
+    lanes: object = None  # in such a round of one lane pool's streams: each window's lane, int32 (one scan launch)
 
     ROWS = 5  # the table's rows: ids, positions, n_keys, write_at, committed
 
@@ -76,10 +77,10 @@ class RoundInputs:
         return np.array([ids, positions, [p + 1 for p in positions], write_at, committed], np.int32)
 
     @classmethod
-    def on(cls, ops, table, recorded=False, in_place=False) -> "RoundInputs":
+    def on(cls, ops, table, recorded=False, in_place=False, lanes=None) -> "RoundInputs":
         """The inputs over a [ROWS, rows] table on the backend (uploaded if it is a host array)."""
         table = ops.upload(table) if isinstance(table, np.ndarray) else table
-        return cls(*(table[n] for n in range(cls.ROWS)), recorded, in_place)
+        return cls(*(table[n] for n in range(cls.ROWS)), recorded, in_place, lanes)
 
 
 @dataclasses.dataclass
