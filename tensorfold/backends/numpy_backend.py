@@ -78,6 +78,11 @@ class NumpyBackend:
         rows, new_tail = conv.causal_conv(inputs, tail, weight, taps)
         return written(out, rows), written(tail if in_place else None, new_tail)
 
+    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
+        """The twin; its rows written into `out`, the lanes' new tails over their rows of `pool`."""
+        rows, pool[...] = conv.causal_conv_lanes(inputs, pool, lanes, weight)
+        return written(out, rows)
+
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         """The twin; with `out`, its rows written there; `in_place`, the new state written over `state`."""
         rows, after, log = deltanet.deltanet_scan(state, q, k, v, decay, beta, depths, path_slots)

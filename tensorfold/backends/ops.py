@@ -56,6 +56,9 @@ class Ops(Protocol):
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         """(out [rows, C], new tail [K - 1, C]): inputs [rows, C] after tail, by weight [C, K], along taps [rows, K]."""
 
+    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
+        """Each window w's one row convolved after pool[lanes[w]], into out row w, its new tail written there."""
+
     def conv_tail_after(self, tail, inputs, path):
         """tail [K - 1, C] overwritten by the tail after keeping the window rows `path` of inputs [rows, C]."""
 

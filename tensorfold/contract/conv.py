@@ -5,8 +5,9 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import drop_row, padding_read, swap_rows
-from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_launch, conv_tail_after,
-                                  conv_tail_after_kernel, conv_tail_after_launch)
+from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_lanes, causal_conv_lanes_kernel,
+                                  causal_conv_lanes_launch, causal_conv_launch, conv_tail_after, conv_tail_after_kernel,
+                                  conv_tail_after_launch)
 from tensorfold.device.grid import to_host
 from tensorfold.numerics import paths
 
@@ -74,6 +75,32 @@ def _launch_in_place(inputs, tail, weight, taps):
     return to_host((out, tail))
 
 
+def _lanes_cases(mode, rng):
+    """One row for each of several windows, each after its lane's row of a pool of tails: in the simulator 3 windows
+    of 5 lanes (not in lane order, lanes left out); on GPU 16 of 16 lanes and 3 of 64, C = 6144 and 8192."""
+    shapes = [(5, [3, 0, 4], 7)] if mode == "sim" else [(16, list(range(16)), 6144), (64, [40, 3, 63], 8192)]
+    kernel = 4
+    return [(f"{len(order)} of {lanes} lanes, C = {channels}", {
+        "inputs": rng.normal(size=(len(order), channels)).astype(np.float32),
+        "pool": rng.normal(size=(lanes, kernel - 1, channels)).astype(np.float32),
+        "lanes": np.array(order, np.int32),
+        "weight": (rng.normal(size=(channels, kernel)) * 0.5).astype(np.float32)}) for lanes, order, channels in shapes]
+
+
+def _launch_lanes(inputs, pool, lanes, weight):
+    pool = cuda.to_device(pool)
+    out = cuda.device_array(inputs.shape, np.float32)
+    causal_conv_lanes_launch(cuda.to_device(inputs), pool, cuda.to_device(lanes), cuda.to_device(weight), out)
+    return to_host((out, pool))
+
+
+def _next_lane(inputs):
+    """Planted: the first window reads, and shifts, the lane after its own's tail."""
+    lanes = inputs["lanes"].copy()
+    lanes[0] = (lanes[0] + 1) % len(inputs["pool"])
+    return {**inputs, "lanes": lanes}
+
+
 def _tail_cases(mode, rng):
     """A kept path over a window's inputs: a chain's prefix shorter and longer than the tail, a whole chain, a tree's
     branch, and the same padded with -1 to the window's rows (as a recorded keep reads it)."""
@@ -104,6 +131,9 @@ CONTRACT = [
     KernelCheck("causal_conv in place", causal_conv, _launch_in_place, _one_row_cases,
                 {"tail one row behind": _tail_one_row_behind, "taps reversed": _taps_reversed},
                 kernels=(causal_conv_kernel,)),
+    KernelCheck("causal_conv lanes", causal_conv_lanes, _launch_lanes, _lanes_cases,
+                {"a window on the next lane's tail": _next_lane, "two windows' rows swapped": swap_rows("inputs"),
+                 "taps reversed": _taps_reversed}, kernels=(causal_conv_lanes_kernel,)),
     KernelCheck("conv_tail_after", conv_tail_after, _launch_tail_after, _tail_cases,
                 {"a dropped row": drop_row("path", row=0), "two swapped rows": swap_rows("path", a=-2, b=-1),
                  "a padding entry read as a row": padding_read("path")}, kernels=(conv_tail_after_kernel,)),

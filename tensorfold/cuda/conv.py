@@ -16,6 +16,10 @@ decode round, whose replays must find the next round's tail at the same address)
 only one that reads channel c of the tail, and after its sum it moves each tail row up one, in increasing order,
 so that every value is read before it is overwritten; there are no tail threads and no copy after the round.
 
+`causal_conv_lanes` runs one row for each of several windows at once (a recorded round of one-row windows, their
+tails the rows of a pool of an engine's lanes, `lanes[w]` window w's): thread (w, c) does what window w's channel
+c thread does in place above, on its lane's tail.
+
 `conv_tail_after` is the tail a stream has after keeping a path of the window (its last K - 1 inputs, running on
 into the old tail), written over the old tail: what a recorded keep (model/replay.py) does with the path the walk
 accepted, given padded with -1 (`paths.until_end`). Mapping: one thread per channel c, the only one to touch
@@ -41,6 +45,16 @@ def causal_conv(inputs, tail, weight, taps=None):
     for j in range(kernel):
         acc = fma32.py_func(weight[:, j], history[taps[:, j]], acc)
     return silu32_twin(acc), history[taps[-1, 1:]].copy()
+
+
+def causal_conv_lanes(inputs, pool, lanes, weight):
+    """One row for each window w: inputs[w] after the tail pool[lanes[w]] (pool [lanes, K - 1, C]), as
+    `causal_conv` of that row alone. Returns (out [windows, C], the pool with each window's new tail in its lane's
+    row)."""
+    pool, out = np.array(pool, np.float32, copy=True), np.empty_like(inputs, dtype=np.float32)
+    for w, lane in enumerate(np.asarray(lanes)):
+        out[w:w + 1], pool[lane] = causal_conv(inputs[w:w + 1], pool[lane], weight)
+    return out, pool
 
 
 def conv_tail_after(tail, inputs, path):
@@ -82,6 +96,22 @@ def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail, in_place):
 
 
 @kernel
+def causal_conv_lanes_kernel(inputs, pool, lanes, weight, out):
+    i = cuda.grid(1)
+    channels = inputs.shape[1]
+    w, c = i // channels, i % channels
+    kernel = weight.shape[1]
+    if w < inputs.shape[0]:
+        tail, row = pool[lanes[w]], inputs[w:w + 1]  # window w: its one row, after its lane's tail
+        acc = np.float32(0)
+        for j in range(kernel):  # a one-row window's taps are history rows 0 .. K - 1
+            acc = fma32(weight[c, j], history_at(row, tail, j, c), acc)
+        out[w, c] = silu32(acc)
+        for n in range(kernel - 1):  # tail row n takes history row n + 1, read before tail row n + 1 is written
+            tail[n, c] = history_at(row, tail, n + 1, c)
+
+
+@kernel
 def conv_tail_after_kernel(tail, inputs, path):
     c = cuda.grid(1)
     history = tail.shape[0]
@@ -108,6 +138,15 @@ def causal_conv_launch(inputs, tail, weight, taps=None, out=None, in_place=False
     threads = (rows if in_place else rows + kernel - 1) * channels
     causal_conv_kernel[blocks_for(threads), BLOCK, stream](inputs, tail, weight, taps, out, new_tail, in_place)
     return out, new_tail
+
+
+def causal_conv_lanes_launch(inputs, pool, lanes, weight, out, stream=0):
+    """`causal_conv_lanes` on the device: window w's row of inputs [windows, C] into out row w, its new tail written
+    over pool[lanes[w]] (lanes int32 on the device)."""
+    windows, channels = inputs.shape
+    assert lanes.shape[0] == windows, "one lane a window"
+    causal_conv_lanes_kernel[blocks_for(windows * channels), BLOCK, stream](inputs, pool, lanes, weight, out)
+    return out
 
 
 def conv_tail_after_launch(tail, inputs, path, stream=0):

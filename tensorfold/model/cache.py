@@ -45,20 +45,23 @@ def pending_row_bytes(config: ModelConfig) -> int:
 
 
 class LanePool:
-    """The DeltaNet states of an engine's lanes, one array a layer [lanes, nv, dk, dv]: lane n's state is a view of
-    row n, so that a round of one-row windows scans every lane's in one launch (`ops.deltanet_scan_lanes`)."""
+    """The DeltaNet states and conv tails of an engine's lanes, one array a layer ([lanes, nv, dk, dv] and
+    [lanes, K - 1, C]): lane n's are views of row n, so that a round of one-row windows convolves and scans every
+    lane's in one launch each (`ops.causal_conv_lanes`, `ops.deltanet_scan_lanes`)."""
 
     def __init__(self, config: ModelConfig, ops, lanes: int):
         c = config
+        layers = [i for i, kind in enumerate(c.layer_types) if kind == "linear_attention"]
         self.lanes = lanes
         self.states = {i: ops.zeros((lanes, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim))
-                       for i, kind in enumerate(c.layer_types) if kind == "linear_attention"}
+                       for i in layers}
+        self.tails = {i: ops.zeros((lanes, c.linear_conv_kernel_dim - 1, c.conv_dim)) for i in layers}
 
 
 class StreamState:
     """One stream's cache: its committed length, and per layer the DeltaNet state, conv tail and pending rows, or
     the attention keys and values (post-norm, post-RoPE; buffers that grow, of which rows [0, length) are
-    committed). With a `pool`, its DeltaNet states are views of lane `lane`'s row there."""
+    committed). With a `pool`, its DeltaNet states and conv tails are views of lane `lane`'s rows there."""
 
     def __init__(self, config: ModelConfig, ops, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy(),
                  pool: LanePool | None = None, lane: int = 0):
@@ -79,7 +82,8 @@ class StreamState:
             if kind == "linear_attention":
                 self.recurrent[i] = pool.states[i][lane] if pool else ops.zeros(
                     (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim))
-                self.conv_tail[i] = ops.zeros((c.linear_conv_kernel_dim - 1, c.conv_dim))
+                self.conv_tail[i] = pool.tails[i][lane] if pool else ops.zeros((c.linear_conv_kernel_dim - 1,
+                                                                                 c.conv_dim))
                 self.home[i] = (self.recurrent[i], self.conv_tail[i])
             else:
                 self.keys[i] = ops.zeros((0, c.num_key_value_heads, c.head_dim))

@@ -6,10 +6,10 @@ layer or a gated full-attention layer (config.layer_types).
 A round runs the windows of several streams at once (rows.py). Row-wise work (projections, norms, the MLP, the head)
 runs once over every row of the round; the work that reads a stream's history (the conv, the DeltaNet scan, RoPE
 positions, attention) runs window by window against that stream's cache (cache.py), one launch per window for each,
-chain or tree alike; the DeltaNet scan of a recorded round of one-row windows whose states are one lane pool's (an
-engine's lanes) runs for every window in one launch. Every op's arithmetic for one row is independent of the rows beside
-it, so a row computes the same bits in a prompt pass, in a one-row step, beside another stream's window, or beside its
-siblings in a tree. A forward keeps nothing: the stream's `keep` commits the rows the round accepted.
+chain or tree alike; the conv and the DeltaNet scan of a recorded round of one-row windows whose states are one lane
+pool's (an engine's lanes) run for every window in one launch each. Every op's arithmetic for one row is independent of
+the rows beside it, so a row computes the same bits in a prompt pass, in a one-row step, beside another stream's window,
+or beside its siblings in a tree. A forward keeps nothing: the stream's `keep` commits the rows the round accepted.
 """
 import math
 
@@ -138,8 +138,9 @@ class Qwen35:
         The conv and the scan read each stream's own history, so they run window by window (each row's conv
         window is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's
         state), writing their rows into arrays of the whole round; everything else runs once over every row. A
-        recorded round of one-row windows of one lane pool (`inputs.lanes`) scans them all in one launch, each from
-        its lane's state and written over it, as the in-place one-row scan does window by window."""
+        recorded round of one-row windows of one lane pool (`inputs.lanes`) convolves and scans them all in one
+        launch each, every window from its lane's tail and state and written over them, as the in-place one-row conv
+        and scan do window by window."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
@@ -148,17 +149,22 @@ class Qwen35:
         mixed, z, b_proj, a_proj = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
         z = z.reshape(rows, nv, dv)
         conv, tails = ops.empty((rows, c.conv_dim)), []
-        with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
-            for n, (win, (a, b)) in enumerate(zip(windows, spans)):
-                with lanes.lane(n):
-                    tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
-                                                 win.maps.conv_taps, out=conv[a:b], in_place=inputs.in_place)[1])
+        pool = windows[0].state.pool if inputs.lanes is not None else None  # one-row windows of one lane pool
+        if pool is not None:  # every lane's tail in one launch, shifted in place
+            ops.causal_conv_lanes(mixed, pool.tails[i], inputs.lanes, w[p + "conv1d.weight"], conv)
+            tails = [win.state.conv_tail[i] for win in windows]
+        else:
+            with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
+                for n, (win, (a, b)) in enumerate(zip(windows, spans)):
+                    with lanes.lane(n):
+                        tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
+                                                     win.maps.conv_taps, out=conv[a:b], in_place=inputs.in_place)[1])
         q, k, v, decay, beta = ops.scan_inputs(conv, b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk,
                                                L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
-        if inputs.lanes is not None:  # one-row windows of one lane pool: every lane's state in one launch, in place
-            log = ops.deltanet_scan_lanes(windows[0].state.pool.states[i], inputs.lanes, q, k, v, decay, beta, out)
+        if pool is not None:  # every lane's state in one launch, written over it
+            log = ops.deltanet_scan_lanes(pool.states[i], inputs.lanes, q, k, v, decay, beta, out)
             for win, (a, b), new_tail in zip(windows, spans, tails):
                 state = win.state.recurrent[i]
                 win.state.records[i] = DeltaNetRecord(state, state, tuple(part[a:b] for part in log), mixed[a:b],
