@@ -8,13 +8,13 @@ the package does not:
     python tools/sass_counts.py
 
 For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's, the
-routed experts' grouped GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan it prints the
-registers a thread takes and the blocks of its launch's size that fit on a multiprocessor with them and its shared
-memory (`blocks_a_multiprocessor`: where a change of registers costs a block, the warps that hide each load's
-latency go with it), the bytes spilled to local memory, and the basic block with the most multiply-adds (FFMA, or
-IMMA on the tensor cores): its instruction count and mix. Compiling also catches what the simulator does not (a
-shared array sized by an expression, a type numba cannot infer for the GPU). A change to a loop can be shaped here
-before it is timed; timings still decide.
+routed experts' grouped GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan (of a window, and
+of one row for each of several lanes) it prints the registers a thread takes and the blocks of its launch's size that
+fit on a multiprocessor with them and its shared memory (`blocks_a_multiprocessor`: where a change of registers costs a
+block, the warps that hide each load's latency go with it), the bytes spilled to local memory, and the basic block with
+the most multiply-adds (FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also catches what
+the simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A change to a
+loop can be shaped here before it is timed; timings still decide.
 """
 import collections
 import glob
@@ -128,7 +128,9 @@ def main():
                  (f2, types.int8[:, :, ::1], i2, i2), quantize_threads),
                 ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2), rmsnorm.THREADS),
                 ("DeltaNet scan, dk 128", deltanet.scan_kernel(128),
-                 (f3, f3, f3, f3, f2, f2, i32, i2, f3, f3, f2, f3, f3), deltanet.SCAN_THREADS)]
+                 (f3, f3, f3, f3, f2, f2, i32, i2, f3, f3, f2, f3, f3), deltanet.SCAN_THREADS),
+                ("DeltaNet scan of one row for each of several lanes, dk 128", deltanet.scan_kernel(128, lanes=True),
+                 (types.float32[:, :, :, ::1], i32, f3, f3, f3, f2, f2, f3, f2, f3, f3), deltanet.SCAN_THREADS)]
     for name, kernel, signature, threads in kernels:
         registers, spilled, shared, text = sass(kernel.py_func, signature)
         blocks = blocks_a_multiprocessor(registers, threads, shared)
