@@ -103,7 +103,7 @@ def main():
     from tensorfold.cuda import deltanet, experts, gemm, quantize, rmsnorm
     from tensorfold.device.grid import BLOCK
     u32, i32, f32, f64 = (getattr(types, name)[::1] for name in ("uint32", "int32", "float32", "float64"))
-    f2, f3, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.int32[:, ::1]
+    f2, f3, f4, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.float32[:, :, :, ::1], types.int32[:, ::1]
     # gemm_kernel's arguments (digits, exponents, S, columns, padded rows, codes, words a row, scales, biases,
     # groups a row, partials, rows, outputs); the grouped kernel's add the sorted pairs, their offsets, x rows a pair
     products = (u32, i32, i32, types.int64, types.int64, u32, types.int64, f32, f32, types.int64, f64, types.int64,
@@ -128,9 +128,9 @@ def main():
                  (f2, types.int8[:, :, ::1], i2, i2), quantize_threads),
                 ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2), rmsnorm.THREADS),
                 ("DeltaNet scan, dk 128", deltanet.scan_kernel(128),
-                 (f3, f3, f3, f3, f2, f2, i32, i2, f3, f3, f2, f3, f3), deltanet.SCAN_THREADS),
+                 (f4, f3, f3, f3, f2, f2, i32, i2, f3, f4, f2, f3, f3), deltanet.SCAN_THREADS),
                 ("DeltaNet scan of one row for each of several lanes, dk 128", deltanet.scan_kernel(128, lanes=True),
-                 (types.float32[:, :, :, ::1], i32, f3, f3, f3, f2, f2, f3, f2, f3, f3), deltanet.SCAN_THREADS)]
+                 (f4, f4, i32, f3, f3, f3, f2, f2, f3, f2, f3, f3), deltanet.SCAN_THREADS)]
     for name, kernel, signature, threads in kernels:
         registers, spilled, shared, text = sass(kernel.py_func, signature)
         blocks = blocks_a_multiprocessor(registers, threads, shared)

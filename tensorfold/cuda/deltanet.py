@@ -249,32 +249,32 @@ def scan_kernel(dk, lanes=False):
                 col[m] = start[m]
 
     @cuda.jit(device=True)
-    def stage_tile(k, q, g, first_row, keys, queries):
-        """keys[u, c, m] = k[first_row + u, g, c + m SUM_CHAINS], and queries the same, for the tile's rows u: each
-        row's elements by chain. The block's threads take every SCAN_THREADS-th value of the [ROWS_STAGED, dk]
-        tile."""
-        rows = k.shape[0]
+    def stage_tile(k, q, g, row0, rows, first_row, keys, queries):
+        """keys[u, c, m] = k[row0 + first_row + u, g, c + m SUM_CHAINS], and queries the same, for the tile's rows u
+        of a window of `rows` rows: each row's elements by chain. The block's threads take every SCAN_THREADS-th
+        value of the [ROWS_STAGED, dk] tile."""
         for step in range(staged_per_thread):
             place = step * SCAN_THREADS + cuda.threadIdx.x  # in the tile, row by row
             if place < ROWS_STAGED * dk:
                 u, n = place // dk, place % dk
-                r = min(first_row + u, rows - 1)
+                r = row0 + min(first_row + u, rows - 1)
                 c, m = n % SUM_CHAINS, n // SUM_CHAINS
                 keys[u, c, m], queries[u, c, m] = k[r, g, n], q[r, g, n]
 
     @cuda.jit(device=True)
-    def stage_rows(v, decay, beta, depths, path_slots, h, first_column, first_row, values, decays, betas, parents):
-        """The tile's other inputs: values[u, column] = v[r, h, first_column + column], and decays[u], betas[u] and
-        parents[u] (-1 for a root) of value head h, for the tile's rows r = first_row + u."""
-        rows, dv = v.shape[0], v.shape[2]
+    def stage_rows(v, decay, beta, depths, path_slots, h, row0, rows, first_column, first_row, values, decays, betas,
+                   parents):
+        """The tile's other inputs: values[u, column] = v[row0 + r, h, first_column + column], and decays[u],
+        betas[u] and parents[u] (-1 for a root) of value head h, for the window's rows r = first_row + u."""
+        dv = v.shape[2]
         for place in range(cuda.threadIdx.x, ROWS_STAGED * COLUMNS, SCAN_THREADS):
             u, column = place // COLUMNS, place % COLUMNS
-            values[u, column] = v[min(first_row + u, rows - 1), h, min(first_column + column, dv - 1)]
+            values[u, column] = v[row0 + min(first_row + u, rows - 1), h, min(first_column + column, dv - 1)]
         u = cuda.threadIdx.x
         if u < ROWS_STAGED:
             r = min(first_row + u, rows - 1)
             depth = depths[r]
-            decays[u], betas[u] = decay[r, h], beta[r, h]
+            decays[u], betas[u] = decay[row0 + r, h], beta[row0 + r, h]
             parents[u] = path_slots[r, depth - 1] if depth > 0 else -1
 
     @cuda.jit(device=True)
@@ -286,11 +286,14 @@ def scan_kernel(dk, lanes=False):
         return pair + shfl_xor(pair, 2, FULL_WARP)
 
     @cuda.jit(device=True)
-    def scan_window(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta, log_key):
-        """The block's columns of one window, from `state` to `new_state` (which may be `state`)."""
+    def scan_window(states, new_states, lane, row0, rows, q, k, v, decay, beta, depths, path_slots, out, log_decay,
+                    log_delta, log_key):
+        """The block's columns of one window: rows row0 .. row0 + rows - 1 of the round's arrays, from the state
+        states[lane] to new_states[lane] (which may be the same array). Rows and lanes are offsets, not views of the
+        arrays: views made in the kernel cost the compiler registers (a block a multiprocessor fewer)."""
         h, t = cuda.blockIdx.y, cuda.threadIdx.x
         column, c = t // SUM_CHAINS, t % SUM_CHAINS  # the thread's column in the block and its chain
-        nv, dv, rows = state.shape[0], state.shape[2], q.shape[0]
+        nv, dv = states.shape[1], states.shape[3]
         j = min(cuda.blockIdx.x * COLUMNS + column, dv - 1)  # a thread past the last column runs the last, unwritten
         live = cuda.blockIdx.x * COLUMNS + column < dv
         g = h // (nv // q.shape[1])  # the query/key head that value head h reads
@@ -302,20 +305,20 @@ def scan_kernel(dk, lanes=False):
         decays = cuda.shared.array(ROWS_STAGED, np.float32)  # and its rows' gates and parents
         betas = cuda.shared.array(ROWS_STAGED, np.float32)
         parents = cuda.shared.array(ROWS_STAGED, np.int32)
-        start = state[h, c::SUM_CHAINS, j]  # the chain's elements of the column, in the state the window starts from
+        start = states[lane, h, c::SUM_CHAINS, j]  # the chain's elements of the column, in the state it starts from
         load_chain(start, col, chain_length)
         for first_row in range(0, rows, ROWS_STAGED):  # the same tiles and rows in every thread: all reach each barrier
             cuda.syncthreads()  # every thread is done with the last tile's keys and queries
-            stage_tile(k, q, g, first_row, keys, queries)
-            stage_rows(v, decay, beta, depths, path_slots, h, cuda.blockIdx.x * COLUMNS, first_row, values, decays,
-                       betas, parents)
+            stage_tile(k, q, g, row0, rows, first_row, keys, queries)
+            stage_rows(v, decay, beta, depths, path_slots, h, row0, rows, cuda.blockIdx.x * COLUMNS, first_row, values,
+                       decays, betas, parents)
             cuda.syncthreads()
             for u in range(min(ROWS_STAGED, rows - first_row)):
                 r = first_row + u
                 if parents[u] != r - 1:  # a tree row that does not follow the row before: rebuild its parent's state
                     load_chain(start, col, chain_length)
                     for d in range(depths[r]):  # its path's logged rows, root first: decay, then write
-                        ancestor = path_slots[r, d]  # its delta logged by this thread, maybe earlier in this tile
+                        ancestor = row0 + path_slots[r, d]  # its delta logged by this thread, maybe earlier
                         ancestor_key = k[ancestor, g, c::SUM_CHAINS]
                         delta, a = log_delta[ancestor, h, j], decay[ancestor, h]
                         for m in range(per_chain):
@@ -335,32 +338,32 @@ def scan_kernel(dk, lanes=False):
                         chain = fma_rn(col[m], queries[u, c, m], chain)
                 o = column_total(chain)
                 if live:
-                    log_delta[r, h, j] = delta  # at once, by each chain's thread: a later row's rebuild reads it back
+                    log_delta[row0 + r, h, j] = delta  # at once, by each chain's thread: a later rebuild reads it
                     if c == 0:
-                        out[r, h, j] = o
+                        out[row0 + r, h, j] = o
                 if cuda.blockIdx.x == 0:
                     if t == 0:
-                        log_decay[r, h] = a
+                        log_decay[row0 + r, h] = a
                     for n in range(t, dk, SCAN_THREADS):  # the head's key, from the first block of the head
-                        log_key[r, h, n] = keys[u, n % SUM_CHAINS, n // SUM_CHAINS]
+                        log_key[row0 + r, h, n] = keys[u, n % SUM_CHAINS, n // SUM_CHAINS]
         if live:
-            end = new_state[h, c::SUM_CHAINS, j]
+            end = new_states[lane, h, c::SUM_CHAINS, j]
             for m in range(per_chain):
                 if whole or m < chain_length:
                     end[m] = col[m]
 
     @kernel
-    def deltanet_scan_kernel(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta,
+    def deltanet_scan_kernel(states, q, k, v, decay, beta, depths, path_slots, out, new_states, log_decay, log_delta,
                              log_key):
-        scan_window(state, q, k, v, decay, beta, depths, path_slots, out, new_state, log_decay, log_delta, log_key)
+        scan_window(states, new_states, 0, 0, q.shape[0], q, k, v, decay, beta, depths, path_slots, out, log_decay,
+                    log_delta, log_key)
 
     @kernel
-    def deltanet_scan_lanes_kernel(pool, lanes, q, k, v, decay, beta, out, log_decay, log_delta, log_key):
+    def deltanet_scan_lanes_kernel(pool, new_pool, lanes, q, k, v, decay, beta, out, log_decay, log_delta, log_key):
         w = cuda.blockIdx.z  # window w: row w of the round, from its lane's state and written over it
-        state, one = pool[lanes[w]], slice(w, w + 1)
         depths, path_slots = cuda.const.array_like(ONE_ROW_DEPTHS), cuda.const.array_like(ONE_ROW_SLOTS)
-        scan_window(state, q[one], k[one], v[one], decay[one], beta[one], depths, path_slots, out[one], state,
-                    log_decay[one], log_delta[one], log_key[one])
+        scan_window(pool, new_pool, lanes[w], w, 1, q, k, v, decay, beta, depths, path_slots, out, log_decay,
+                    log_delta, log_key)
 
     return deltanet_scan_lanes_kernel if lanes else deltanet_scan_kernel
 
@@ -390,8 +393,9 @@ def deltanet_scan_launch(state, q, k, v, decay, beta, depths=None, path_slots=No
            cuda.device_array((rows, nv, dk), np.float32, stream=stream))
     if dk not in scan_kernels:
         scan_kernels[dk] = scan_kernel(dk)
-    scan_kernels[dk][(-(-dv // COLUMNS), nv), SCAN_THREADS, stream](state, q, k, v, decay, beta, depths, path_slots,
-                                                                     out, new_state, *log)
+    states, new_states = state.reshape(1, nv, dk, dv), new_state.reshape(1, nv, dk, dv)  # lane 0 of one-lane pools
+    scan_kernels[dk][(-(-dv // COLUMNS), nv), SCAN_THREADS, stream](states, q, k, v, decay, beta, depths, path_slots,
+                                                                     out, new_states, *log)
     return out, new_state, log
 
 
@@ -405,8 +409,10 @@ def deltanet_scan_lanes_launch(pool, lanes, q, k, v, decay, beta, out, stream=0)
            cuda.device_array((windows, nv, dk), np.float32, stream=stream))
     if (dk, "lanes") not in scan_kernels:
         scan_kernels[dk, "lanes"] = scan_kernel(dk, lanes=True)
+    # The pool goes in twice, as the states read and the states written: told they are one array, the compiler would
+    # keep more of them in registers (a block a multiprocessor fewer).
     scan_kernels[dk, "lanes"][(-(-dv // COLUMNS), nv, windows), SCAN_THREADS, stream](
-        pool, lanes, q, k, v, decay, beta, out, *log)
+        pool, pool, lanes, q, k, v, decay, beta, out, *log)
     return log
 
 
