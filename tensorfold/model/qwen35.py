@@ -59,7 +59,7 @@ class Qwen35:
         return StreamState(self.config, self.ops, max_rows, policy, pool, lane)
 
     def lane_pool(self, lanes: int) -> LanePool:
-        """The DeltaNet states of `lanes` lanes in one array a layer (cache.LanePool)."""
+        """The DeltaNet states and conv tails of `lanes` lanes in one array a layer each (cache.LanePool)."""
         return LanePool(self.config, self.ops, lanes)
 
     def forward(self, ids, state: StreamState, logits_for="all"):
