@@ -181,6 +181,24 @@ def test_a_rounds_chunks_in_its_block_and_apart(monkeypatch):
     assert not np.array_equal(gemm_affine(last_chunk, *w, 4, 64), expected)
 
 
+def test_the_contract_sees_an_output_left_unwritten(monkeypatch):
+    """The contract's GEMM launch starts y as NaNs: a round kernel that writes nothing fails the check, whatever a
+    fresh array would have held (a freed one's values: the twin's own, in the simulator)."""
+    from tensorfold.contract import outputs_equal
+    from tensorfold.contract.gemm import _launch, _twin
+
+    class WritesNothing:
+        def __getitem__(self, launch_config):
+            return lambda *args: None
+
+    rng = np.random.default_rng(15)
+    inputs = dict(x=x_rows(rng, 3, 128), **dict(zip(("packed", "scales", "biases"), weight(rng, 11, 128, 4, 64))),
+                  bits=4, group_size=64)
+    assert outputs_equal(_twin(**inputs), _launch(**inputs))
+    monkeypatch.setattr(gemm, "round_kernel", lambda *shape: WritesNothing())
+    assert not outputs_equal(_twin(**inputs), _launch(**inputs))
+
+
 def test_kernel_shapes():
     assert kernel_shape(1, 4, 64, 2048) == (4, 1, 2) and kernel_shape(16, 8, 64, 2048) == (4, 2, 2)
     # a wide weight's round of up to 8 rows: four tiles a warp; of 16 rows, two

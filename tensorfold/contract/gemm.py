@@ -50,7 +50,8 @@ def _cases(bits, gpu_shapes=GPU_SHAPES):
 
 
 def _launch(x, packed, scales, biases, bits, group_size, fault=None, parts=None, gated=False):
-    """The two kernels on device copies, with `fault` (if any) planted in x's quantized form between them."""
+    """The two kernels on device copies, with `fault` (if any) planted in x's quantized form between them; y starts
+    as NaNs, so that an output left unwritten shows (a fresh array may hold a freed one's values, even the twin's)."""
     rows, columns = x.shape
     words, rows_pad = quantize_shape(rows, bits, group_size, columns)
     quantized = launch_quantize(cuda.to_device(x), bits, group_size, words, rows_pad)
@@ -58,7 +59,9 @@ def _launch(x, packed, scales, biases, bits, group_size, fault=None, parts=None,
         planted = fault(*(a.copy_to_host() for a in quantized), bits, group_size, words)
         quantized = tuple(cuda.to_device(a) for a in planted)
     y = launch_products(quantized, rows, len(packed), cuda.to_device(packed), cuda.to_device(scales),
-                        cuda.to_device(biases), bits, group_size, parts=parts, gated=gated)
+                        cuda.to_device(biases), bits, group_size, parts=parts, gated=gated,
+                        out=cuda.to_device(np.full(rows * (len(packed) // 2 if gated else len(packed)), np.nan,
+                                                   np.float32)))
     return tuple(to_host(p) for p in y) if parts is not None else to_host(y)
 
 

@@ -397,19 +397,20 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 
 
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
-                    gated=False):
+                    gated=False, out=None):
     """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
     the combine. A round of ROUND_TILES tiles a warp and up to ROUND_CHUNKS chunks of K takes the round kernel, both
     in one launch, whose block is then no larger than the GEMM kernel's and holds about as many registers a thread;
     a wide weight's four tiles would lose a block a multiprocessor to registers, and more chunks would leave the
-    multiprocessors fewer blocks: either reads its weights from memory slower."""
+    multiprocessors fewer blocks: either reads its weights from memory slower. `out`: the flat device array y is
+    written into, if given."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns, out_features)
     chunks = -(-columns // CHUNK_COLUMNS)
     if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
         count = out_features // 2 if gated else out_features
-        y, ends = output_array(rows, out_features, parts, gated, stream)
+        y, ends = output_array(rows, out_features, parts, gated, stream, out)
         written = 4 * tiles if gated else 8 * tiles
         round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated)[
             (-(-count // written), rows_pad // (8 * row_halves)), chunks * 32, stream](
@@ -421,7 +422,7 @@ def launch_products(quantized, rows, out_features, packed, scales, biases, bits,
         (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
         flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
         flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
-    return launch_combine(partials, chunks, rows, out_features, stream, parts, gated)
+    return launch_combine(partials, chunks, rows, out_features, stream, parts, gated, out)
 
 
 def output_blocks(out_features, tiles):
@@ -429,22 +430,24 @@ def output_blocks(out_features, tiles):
     return -(-out_features // (8 * tiles * WARPS))
 
 
-def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False):
-    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it."""
-    y, ends = output_array(rows, out_features, parts, gated, stream)
+def launch_combine(partials, chunks, rows, out_features, stream=0, parts=None, gated=False, out=None):
+    """The combine of the GEMM kernel's partial sums [chunks, rows, out_features]: y as `launch_gemm` returns it
+    (written into `out`, if given)."""
+    y, ends = output_array(rows, out_features, parts, gated, stream, out)
     count = out_features // 2 if gated else out_features
     combine_kernel(gated)[blocks_for(rows * count), BLOCK, stream](partials, chunks, rows, out_features, y, *ends)
     return output_views(y, rows, count, parts, ends)
 
 
-def output_array(rows, out_features, parts, gated, stream):
-    """The flat float32 output of a GEMM (its parts one after another, `output_index`) and the parts' ends."""
+def output_array(rows, out_features, parts, gated, stream, out=None):
+    """The flat float32 output of a GEMM (its parts one after another, `output_index`), `out` if given, and the
+    parts' ends."""
     widths = [out_features] if parts is None else list(parts)
     assert 1 <= len(widths) <= PARTS and sum(widths) == out_features, f"parts {widths} of {out_features} outputs"
     assert not gated or (parts is None and out_features % 2 == 0), "a gated GEMM has a gate for every up"
     ends = [int(e) for e in np.cumsum(widths)[:-1]] + [out_features] * (PARTS - len(widths))
     count = out_features // 2 if gated else out_features
-    return cuda.device_array(rows * count, np.float32, stream=stream), ends
+    return cuda.device_array(rows * count, np.float32, stream=stream) if out is None else out, ends
 
 
 def output_views(y, rows, count, parts, ends):
