@@ -9,6 +9,10 @@ thread still runs. What a kernel computes, and where its threads meet, does not 
 
 `warp_barrier` adds what the simulator lacks: a meeting of one warp's threads alone, as an instruction that takes the
 whole warp (mma.sync) makes them meet on a GPU, so that warps whose work differs need not meet each other.
+
+`unset_device_array` fills a new device array with what no kernel writes by accident (NaNs, -1, the largest
+unsigned value), where the simulator's holds whatever its memory held before: often a freed array's values, even
+the very values a check expects, so that an output a kernel left unwritten could pass.
 """
 import threading
 import time
@@ -63,7 +67,23 @@ def warp_barrier() -> None:
     barriers[key].wait()
 
 
+def unset_device_array(device_array):
+    """numba's `device_array` whose new arrays hold NaNs (floats), -1 (signed) or their largest value (unsigned)."""
+    def make(*args, **kwargs):
+        array = device_array(*args, **kwargs)
+        host = array._ary
+        if host.dtype.kind == "f":
+            host.fill(np.nan)
+        elif host.dtype.kind in "iu":
+            host.fill(np.iinfo(host.dtype).max if host.dtype.kind == "u" else -1)
+        return array
+    return make
+
+
 def install() -> None:
-    """Use `run_block` for every block the simulator runs from now on."""
+    """Use `run_block` for every block the simulator runs from now on, and `unset_device_array` for every device array
+    made without values."""
+    from numba import cuda
     from numba.cuda.simulator import kernel
     kernel.BlockManager.run = run_block
+    cuda.device_array = unset_device_array(cuda.device_array)
