@@ -100,3 +100,18 @@ def test_summary_line():
     from tensorfold.contract import Result
     results = [Result("a", 2, [], ["x", "y"], [], 0.1), Result("b", 1, ["1x1"], ["z"], ["w"], 0.1)]
     assert summary_line(results) == "SUMMARY 2 kernels: 1 pass, 1 fail; 4 controls: 3 red as planted, 1 missed"
+
+
+def test_a_new_device_array_in_the_simulator_holds_nothing_a_kernel_would_write(on_gpu):
+    """Under the simulator a new device array holds NaNs (floats), -1 (signed) or the largest value (unsigned), not a
+    freed array's values (device/simulator.py), so that every check sees an output its kernel left unwritten. The
+    first array has the size of one just freed, whose values it would otherwise be likely to hold."""
+    if on_gpu:
+        pytest.skip("the simulator's device arrays: on a GPU new memory holds what it holds")
+    import numpy as np
+    from numba import cuda
+    freed = cuda.to_device(np.arange(6, dtype=np.float32))
+    del freed
+    assert np.isnan(cuda.device_array(6, np.float32).copy_to_host()).all()
+    assert (cuda.device_array((2, 3), np.int32).copy_to_host() == -1).all()
+    assert (cuda.device_array(4, np.uint32).copy_to_host() == np.iinfo(np.uint32).max).all()
