@@ -87,3 +87,13 @@ def ties_to_the_higher_id(name="logits", within=lambda inputs: 1):
                     planted = True
         return {**inputs, name: logits} if planted else None
     return plant
+
+
+def next_lane(pool):
+    """The first window's lane one further on (the last's wraps to lane 0), in a pool of lanes `pool`: a window reading
+    and writing another stream's cache."""
+    def plant(inputs):
+        lanes = inputs["lanes"].copy()
+        lanes[0] = (lanes[0] + 1) % len(inputs[pool])
+        return {**inputs, "lanes": lanes}
+    return plant

@@ -4,7 +4,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import drop_row, padding_read, swap_rows
+from tensorfold.contract.controls import drop_row, next_lane, padding_read, swap_rows
 from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_lanes, causal_conv_lanes_kernel,
                                   causal_conv_lanes_launch, causal_conv_launch, conv_tail_after, conv_tail_after_kernel,
                                   conv_tail_after_launch)
@@ -94,13 +94,6 @@ def _launch_lanes(inputs, pool, lanes, weight):
     return to_host((out, pool))
 
 
-def _next_lane(inputs):
-    """Planted: the first window reads, and shifts, the lane after its own's tail."""
-    lanes = inputs["lanes"].copy()
-    lanes[0] = (lanes[0] + 1) % len(inputs["pool"])
-    return {**inputs, "lanes": lanes}
-
-
 def _tail_cases(mode, rng):
     """A kept path over a window's inputs: a chain's prefix shorter and longer than the tail, a whole chain, a tree's
     branch, and the same padded with -1 to the window's rows (as a recorded keep reads it)."""
@@ -132,8 +125,9 @@ CONTRACT = [
                 {"tail one row behind": _tail_one_row_behind, "taps reversed": _taps_reversed},
                 kernels=(causal_conv_kernel,)),
     KernelCheck("causal_conv lanes", causal_conv_lanes, _launch_lanes, _lanes_cases,
-                {"a window on the next lane's tail": _next_lane, "two windows' rows swapped": swap_rows("inputs"),
-                 "taps reversed": _taps_reversed}, kernels=(causal_conv_lanes_kernel,)),
+                {"a window on the next lane's tail": next_lane("pool"),
+                 "two windows' rows swapped": swap_rows("inputs"), "taps reversed": _taps_reversed},
+                kernels=(causal_conv_lanes_kernel,)),
     KernelCheck("conv_tail_after", conv_tail_after, _launch_tail_after, _tail_cases,
                 {"a dropped row": drop_row("path", row=0), "two swapped rows": swap_rows("path", a=-2, b=-1),
                  "a padding entry read as a row": padding_read("path")}, kernels=(conv_tail_after_kernel,)),

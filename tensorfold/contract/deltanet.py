@@ -3,7 +3,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import drop_row, padding_read, swap_rows, times
+from tensorfold.contract.controls import drop_row, next_lane, padding_read, swap_rows, times
 from tensorfold.cuda.deltanet import (
     ROWS_STAGED,
     deltanet_apply,
@@ -186,13 +186,6 @@ def _launch_lanes(pool, lanes, q, k, v, decay, beta):
     return to_host((out, pool, *log))
 
 
-def _next_lane(inputs):
-    """Planted: the first window scans the lane after its own."""
-    lanes = inputs["lanes"].copy()
-    lanes[0] = (lanes[0] + 1) % len(inputs["pool"])
-    return {**inputs, "lanes": lanes}
-
-
 def _twin_apply(state, decay, delta, key, path):
     return deltanet_apply(state, (decay, delta, key), path)
 
@@ -213,7 +206,8 @@ CONTRACT = [
                  "a parent swapped": _parent_swapped, "a depth off by one": _depth_off_by_one,
                  "a tree read in slot order": _read_in_slot_order}, kernels=(scan_kernel,)),
     KernelCheck("deltanet_scan lanes", _twin_lanes, _launch_lanes, _lanes_cases,
-                {"a window on the next lane's state": _next_lane, "two windows' rows swapped": swap_rows(*_SCAN_ROWS)},
+                {"a window on the next lane's state": next_lane("pool"),
+                 "two windows' rows swapped": swap_rows(*_SCAN_ROWS)},
                 kernels=(scan_kernel,)),
     KernelCheck("deltanet_apply", _twin_apply, _launch_apply, _apply_cases,
                 {"a dropped row": drop_row("path", row=None), "two swapped rows": swap_rows("path"),
