@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tensorfold.cuda import attention, conv, deltanet, gemv, rmsnorm, rope, sampling
+from tensorfold.cuda import attention, conv, deltanet, gemv, kv, rmsnorm, rope, sampling
 from tensorfold.cuda.fmath import fma32, tree_sum
 from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
@@ -331,7 +331,7 @@ def test_a_tree_attention_row_equals_a_one_row_step_over_its_compacted_path():
     out = attention.attention_merge(*attention.attention_partial(q, keys, values, n_keys, 0.25, committed, slots))
     for r in range(16):
         path = list(slots[r, :depths[r] + 1])
-        kept_keys, kept_values = attention.kv_compact(keys.copy(), values.copy(), committed, path)
+        kept_keys, kept_values = kv.kv_compact(keys.copy(), values.copy(), committed, path)
         alone = attention.attention_merge(*attention.attention_partial(q[r:r + 1], kept_keys, kept_values,
                                                                        n_keys[r:r + 1], 0.25))
         assert alone.tobytes() == out[r:r + 1].tobytes(), f"row {r}"
@@ -344,7 +344,7 @@ def test_a_tree_attention_row_equals_a_one_row_step_over_its_compacted_path():
     backwards = keys.copy()
     for depth, slot in reversed(list(enumerate(path))):
         backwards[committed + depth] = backwards[committed + slot]
-    compacted, _ = attention.kv_compact(keys.copy(), values.copy(), committed, path)
+    compacted, _ = kv.kv_compact(keys.copy(), values.copy(), committed, path)
     assert backwards.tobytes() != compacted.tobytes()
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from numba.cuda.cudadrv.driver import device_memset  # under the simulator, its own form
 
 from tensorfold.backends.numpy_backend import grown_rows
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, moe, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, kv, moe, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -196,10 +196,10 @@ class CudaBackend:
         return attention.attention_merge_launch(m, l, o, out=out, q_and_gate=q_and_gate, stream=self.stream)
 
     def kv_compact(self, keys, values, committed, path):
-        return attention.kv_compact_launch(keys, values, committed, path, stream=self.stream)
+        return kv.kv_compact_launch(keys, values, committed, path, stream=self.stream)
 
     def kv_write(self, keys, values, new_keys, new_values, at):
-        return attention.kv_write_launch(keys, values, new_keys, new_values, self._device(at), stream=self.stream)
+        return kv.kv_write_launch(keys, values, new_keys, new_values, self._device(at), stream=self.stream)
 
     def reserve_rows(self, buffer, length, needed, limit=None):
         """NumpyBackend.reserve_rows on a device buffer."""

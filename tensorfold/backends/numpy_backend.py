@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, moe, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, kv, moe, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -116,8 +116,8 @@ class NumpyBackend:
     scan_inputs = staticmethod(deltanet.scan_inputs)
     rope = staticmethod(rotary.rope)
     norm_rope = staticmethod(rotary.norm_rope)
-    kv_compact = staticmethod(attention.kv_compact)
-    kv_write = staticmethod(attention.kv_write)
+    kv_compact = staticmethod(kv.kv_compact)
+    kv_write = staticmethod(kv.kv_write)
     add = staticmethod(elementwise.add)
     silu_mul = staticmethod(elementwise.silu_mul)
     sample = staticmethod(sampling.sample)

@@ -1,15 +1,13 @@
 """The checks of attention.py: the partials over chunks of keys, their merge, both together, and the cache's
 writes and moves."""
-import itertools
-
 import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import off_by, padding_read, roll, swap_rows
+from tensorfold.contract.controls import off_by, roll, swap_rows
 from tensorfold.cuda.attention import (
     CHUNK,
-    ROWS_A_BLOCK,
+    ROUND_ROWS,
     attention_merge,
     attention_merge_kernel,
     attention_merge_launch,
@@ -17,12 +15,7 @@ from tensorfold.cuda.attention import (
     attention_partial_kernel,
     attention_partial_launch,
     attention_partial_tile_kernel,
-    kv_compact,
-    kv_compact_kernel,
-    kv_compact_launch,
-    kv_write,
-    kv_write_kernel,
-    kv_write_launch,
+    tile_rows,
 )
 from tensorfold.device.grid import to_host
 from tensorfold.numerics import paths
@@ -142,15 +135,17 @@ def _read_in_slot_order(inputs):
 
 def _tile_cases(mode, rng):
     """Prompt chunks and drafted chains: more than one row that read their keys in place, on the tile kernel
-    (rows, Hq, Hkv, hd, n_keys of the rows). A tile is partial (the last of a prompt chunk, or a chain shorter than
-    ROWS_A_BLOCK); consecutive rows' counts cross a chunk boundary inside a tile, and one case's counts are in no
-    order. The cache holds a few keys past the longest row, so that a tile loading one key too many reads real
-    data."""
+    (rows, Hq, Hkv, hd, n_keys of the rows), in the tiles of both (`tile_rows`). A tile is partial (the last of a
+    prompt chunk, or of a chain); consecutive rows' counts cross a chunk boundary inside a tile, and one case's counts
+    are in no order. The cache holds a few keys past the longest row, so that a tile loading one key too many reads
+    real data."""
+    prompt = ROUND_ROWS + 1  # the fewest rows of a prompt's tiles
     if mode == "sim":  # every block costs the simulator half a second or more: a few blocks only
-        shapes = [(ROWS_A_BLOCK + 3, 1, 1, 8, np.arange(112, 112 + ROWS_A_BLOCK + 3)),  # two chunks, two tiles
-                  (ROWS_A_BLOCK + 1, 4, 2, 40,  # head dims in two pieces, the second short; two query heads a KV head
-                   rng.integers(1, CHUNK + 1, ROWS_A_BLOCK + 1)),
-                  (2, 1, 1, 8, np.arange(CHUNK, CHUNK + 2))]  # a chain of two rows, across a chunk boundary
+        shapes = [(prompt + 2, 1, 1, 8, np.arange(112, 112 + prompt + 2)),  # two chunks, two tiles
+                  (prompt, 4, 2, 40,  # head dims in two pieces, the second short; two query heads a KV head
+                   rng.integers(1, CHUNK + 1, prompt)),
+                  (6, 1, 1, 8, np.arange(CHUNK - 3, CHUNK + 3)),  # a chain of two round tiles, across a chunk boundary
+                  (2, 1, 1, 8, np.arange(CHUNK, CHUNK + 2))]  # a chain of two rows
     else:  # the small ones first: a control turns red on the first case that catches it (no 2,048-row case: its
         # twin takes minutes on the host, and its tiles are those of the 512-row cases)
         shapes = [(16, 8, 2, 256, np.arange(4090, 4106)),  # a drafted chain of 16 rows across the 4,096 boundary
@@ -176,70 +171,10 @@ def _tile_cases(mode, rng):
 def _tile_longest(inputs):
     """Planted: every row of a tile reads as many keys as the tile's longest row (None where they already do)."""
     n_keys = inputs["n_keys"]
-    tiles = np.arange(0, len(n_keys), ROWS_A_BLOCK)  # each tile's first row
-    longest = np.repeat(np.maximum.reduceat(n_keys, tiles), ROWS_A_BLOCK)[:len(n_keys)]  # its tile's max, row by row
+    rows_a_block = tile_rows(len(n_keys))
+    tiles = np.arange(0, len(n_keys), rows_a_block)  # each tile's first row
+    longest = np.repeat(np.maximum.reduceat(n_keys, tiles), rows_a_block)[:len(n_keys)]  # its tile's max, row by row
     return None if np.array_equal(longest, n_keys) else {**inputs, "n_keys": longest}
-
-
-def _compact_cases(mode, rng):
-    """A kept path of a window over a stream's committed keys: the cache rows from committed + slot to + depth."""
-    if mode == "sim":
-        shapes = [(2, 1, 3, [-1, 0, 0, 1, 2], [0, 2, 4]), (5, 2, 4, paths.TREES["5 rows"], [0, 1, 4])]
-    else:
-        tree, spine = paths.TREES["16 rows"], paths.TREES["spine"]
-        shapes = [(8190, 2, 256, tree, [0, 2, 5, 9, 13]), (8300, 2, 256, tree, [0, 1, 4, 8, 12]),
-                  (4000, 4, 256, spine, list(range(14)) + [15]), (100, 2, 256, tree, [0, 1, 3, 6, 10, 14])]
-    cases = []
-    for committed, kv_heads, head_dim, parents, path in shapes:
-        assert all(parents[b] == a for a, b in itertools.pairwise(path)), "a path follows parents"
-        cache = committed + len(parents) + 3
-        cases.append((f"path {path} over {committed}" if mode == "sim" else f"a path of {len(path)} over {committed}",
-                      {"keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-                       "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-                       "committed": committed, "path": path}))
-    last = cases[-1][1]  # the same path padded with -1 to its window's rows, as a recorded keep reads it
-    cases.append((cases[-1][0] + " padded", {**last, "path": paths.padded_path(last["path"], len(shapes[-1][3]))}))
-    return cases
-
-
-def _write_cases(mode, rng):
-    """A window's rows written after a stream's committed keys (rows, Hkv, hd, committed)."""
-    shapes = [(3, 1, 8, 5), (1, 2, 4, 0)] if mode == "sim" else [(1, 2, 256, 4095), (16, 2, 256, 8190),
-                                                                 (128, 2, 256, 872), (16, 4, 256, 0)]
-    cases = []
-    for rows, kv_heads, head_dim, committed in shapes:
-        cache = committed + rows + 3
-        cases.append((f"{rows} rows over {committed}", {
-            "keys": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "values": rng.normal(size=(cache, kv_heads, head_dim)).astype(np.float32),
-            "new_keys": rng.normal(size=(rows, kv_heads, head_dim)).astype(np.float32),
-            "new_values": rng.normal(size=(rows, kv_heads, head_dim)).astype(np.float32),
-            "at": np.arange(committed, committed + rows, dtype=np.int32)}))
-    return cases
-
-
-def _write_twin(keys, values, new_keys, new_values, at):
-    return kv_write(keys.copy(), values.copy(), new_keys, new_values, at)
-
-
-def _write_on_device(keys, values, new_keys, new_values, at):
-    return to_host(kv_write_launch(*(cuda.to_device(a) for a in (keys, values, new_keys, new_values, at))))
-
-
-def _compact_twin(keys, values, committed, path):
-    return kv_compact(keys.copy(), values.copy(), committed, path)
-
-
-def _compact_on_device(keys, values, committed, path):
-    """The length and the path as a recorded keep gives them: int32 on the device."""
-    return to_host(kv_compact_launch(cuda.to_device(keys), cuda.to_device(values),
-                                     cuda.to_device(np.array([committed], np.int32)),
-                                     cuda.to_device(np.asarray(path, np.int32))))
-
-
-def _depth_off_by_one(inputs):
-    """Planted: every kept row moved one depth too deep (the path's first row kept twice)."""
-    return {**inputs, "path": [inputs["path"][0]] + list(inputs["path"])}
 
 
 _CONTROLS = {"a moved chunk boundary": lambda i: {**i, "chunk": CHUNK // 2}, "n_keys off by one": off_by("n_keys"),
@@ -261,11 +196,4 @@ CONTRACT = [
     KernelCheck("attention", lambda **i: attention_merge(*_partial_twin(**i)),
                 lambda **i: to_host(attention_merge_launch(*_partial_on_device(**i))), _cases, _CONTROLS,
                 kernels=(attention_partial_kernel, attention_merge_kernel)),
-    KernelCheck("kv_write", _write_twin, _write_on_device, _write_cases,
-                {"rows one position late": off_by("at"), "two swapped rows": swap_rows("new_keys")},
-                kernels=(kv_write_kernel,)),
-    KernelCheck("kv_compact", _compact_twin, _compact_on_device, _compact_cases,
-                {"committed off by one": off_by("committed"), "a row's depth off by one": _depth_off_by_one,
-                 "two path rows swapped": swap_rows("path", a=-2, b=-1),
-                 "a padding entry read as a row": padding_read("path")}, kernels=(kv_compact_kernel,)),
 ]

@@ -31,10 +31,8 @@ Query head h reads KV head `h // (Hq / Hkv)` (grouped-query attention).
 A chunk a row does not reach (its first key is past n) holds m = -inf, l = 0, o = 0, and the merge skips it; so
 the partials of a round can hold as many chunks as its longest row needs.
 
-A window's keys and values go into the cache with `kv_write`: row r to cache row at[r] (committed + slot), read from
-device memory, so that a recorded decode round (graphs.py) writes where each replay's stream length says. Keeping a
-tree path moves its rows from committed + slot to committed + depth (`kv_compact`), so that the stream's committed
-keys sit in order again; a chain's kept rows are already there.
+A window's keys and values go into the cache at committed + slot, and a kept tree path's rows move down to
+committed + depth (kv.py).
 
 Mapping (the kernels): partial, one block of CHUNK threads per (row, query head, chunk). The block first puts the
 row's query in shared memory (one load of each value, not one per key). Thread t owns key slot t: its score, then
@@ -48,10 +46,12 @@ which gives the same bits while the cache holds finite values).
 
 Partial over a tile of rows: the per-row blocks of a prompt chunk or of a drafted chain would each load their
 chunk's keys and values again, so when the rows read their keys in place, one block of CHUNK threads serves (chunk,
-query head, ROWS_A_BLOCK consecutive rows) and loads each key and value once for all of them. It runs a sixteenth of
-the per-row kernel's blocks, so a call takes it when more than half a tile's rows share its loads, or when its grid
-(chunks x heads x tiles) still gives every multiprocessor two blocks (a long cache); a few rows over a short cache
-run faster on the per-row kernel's many blocks, which a tree's rows (reading their path's keys) always take. The
+query head, a tile of consecutive rows) and loads each key and value once for all of them: PROMPT_ROWS_A_BLOCK rows
+in a prompt chunk, ROUND_ROWS_A_BLOCK in a round's window, whose few rows would otherwise fill a block or two a
+chunk and head (a block's work is serial in its rows). A call takes it when more than half a round's window reads
+its keys in place, or when its grid (chunks x heads x tiles) still gives every multiprocessor two blocks (a long
+cache); a few rows over a short cache run faster on the per-row kernel's many blocks, which a tree's rows (reading
+their path's keys) always take. The
 block stages the tile's queries and the chunk's keys in shared memory a piece of DIMS_A_PIECE head dims at a time,
 the pieces in order; thread t owns key slot t and adds each dim of its key into its dot with every row's query, so
 each (row, key) dot walks the head dims in order, as in the per-row kernel. Each row has its own max tree and sum
@@ -63,19 +63,17 @@ kernel's, bit for bit. A tile that reaches no key of the chunk writes its rows' 
 o = 0) and loads nothing.
 
 Merge: one thread per (row, head, dim), walking the chunks in order. Both partial kernels take the chunk width as an
-argument (CHUNK in the engine) so that the contract can plant a moved chunk boundary. Write: one thread per element
-of the window's keys (and the same element of its values). Compact: one thread per (KV head, dim), moving that
-element of each path row in increasing depth.
+argument (CHUNK in the engine) so that the contract can plant a moved chunk boundary.
 """
+import functools
 import math
 
 import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma_rn, sigmoid32, sigmoid32_twin, tree_sum
-from tensorfold.device.grid import BLOCK, blocks_for, device_int32, flat, multiprocessors
+from tensorfold.device.grid import BLOCK, blocks_for, flat, multiprocessors
 from tensorfold.device.launch import kernel
-from tensorfold.numerics import paths
 from tensorfold.numerics.floats import fma_rn_twin
 
 CHUNK = 128  # keys per chunk: also the width of the partial's reduction tree
@@ -83,14 +81,15 @@ LOADS = 16  # keys (or head dims) a partial's thread loads before it adds any: t
 DIMS_A_THREAD = 2  # head dims a partial's thread owns for o: CHUNK * 2 = 256, Qwen3.5's head_dim
 MAX_HEAD_DIM = DIMS_A_THREAD * CHUNK
 HELD = DIMS_A_THREAD * LOADS  # values a partial's thread holds at a time (numba sizes a local array by a constant)
-ROWS_A_BLOCK = 16  # query rows a block of the tile kernel serves: each key and value it loads is used by all of them
+PROMPT_ROWS_A_BLOCK = 16  # query rows a block of the tile kernel serves in a prompt chunk: each key and value it
+# loads is used by all of them
+ROUND_ROWS_A_BLOCK = 4  # and in a call of at most ROUND_ROWS rows (`tile_rows`)
+ROUND_ROWS = 16  # rows of a round's window at most (a drafted chain)
 DIMS_A_PIECE = 32  # head dims of the tile's queries and of the chunk's keys in shared memory at a time
 PIECES_A_PASS = CHUNK // DIMS_A_PIECE  # keys (or query rows) whose piece the block's threads stage side by side
 PIECE_ROW = DIMS_A_PIECE + 1  # a staged key's row in shared memory: one column more than its piece, so that the
 # CHUNK threads reading one dim of their keys read different banks
-QUERIES_A_THREAD = ROWS_A_BLOCK // PIECES_A_PASS  # query values a thread stages for each piece
 KEYS_A_THREAD = CHUNK // PIECES_A_PASS  # key values a thread stages for each piece
-SUMS_A_THREAD = ROWS_A_BLOCK * DIMS_A_THREAD  # o values a tile kernel's thread sums: its dims of every row
 
 
 def cache_rows(logical, committed, path_slots):
@@ -161,34 +160,12 @@ def attention_merge(m, l, o, q_and_gate=None):
     return out if q_and_gate is None else out * sigmoid32_twin(q_and_gate[:, :, o.shape[3]:])
 
 
-def kv_write(keys, values, new_keys, new_values, at):
-    """Write a window's rows into the cache in place: new_keys[r] and new_values[r] [rows, Hkv, hd] to cache row
-    at[r] (int [rows])."""
-    keys[np.asarray(at)] = new_keys
-    values[np.asarray(at)] = new_values
-    return keys, values
-
-
-def kv_compact(keys, values, committed, path):
-    """Move a kept path's key and value rows from committed + slot to committed + depth, in place, depth by depth
-    (the path up to its first negative entry, `paths.until_end`).
-
-    In increasing depth the moves never overwrite a row still to be read: slots rise along a path and slot >= depth,
-    so the row written at depth d (committed + d) is no later row's source (their slots are > d), and row d's own
-    source has not been written yet (earlier moves wrote rows < d <= its slot).
-    """
-    for depth, slot in enumerate(paths.until_end(path)):
-        keys[committed + depth] = keys[committed + slot]
-        values[committed + depth] = values[committed + slot]
-    return keys, values
-
-
 # --- the kernels --------------------------------------------------------------------------------------------------
 # Partial: block (c, h, r) = chunk c of query head h of row r, CHUNK threads. Thread t owns logical key c * chunk + t
 # for the score and its tree slot, then head dims t and t + CHUNK for o; `cache_row` says where each key sits. The
 # chunk width is an argument (CHUNK in the engine; the shared arrays and the trees are always CHUNK wide, slots past
 # the width stay empty).
-# Partial over a tile: block (c, h, g) = chunk c of query head h of rows g * ROWS_A_BLOCK onward (keys in place:
+# Partial over a tile: block (c, h, g) = chunk c of query head h of rows g * rows_a_block onward (keys in place:
 # logical key j is cache row j), CHUNK threads. Thread t owns key slot t for the dots of all the tile's rows and its
 # slot in each row's trees, then head dims t and t + CHUNK of every row for o.
 
@@ -275,118 +252,125 @@ def attention_partial_kernel(q, keys, values, heads, kv_heads, dims, n_keys, com
             o[r, h, c, t + j * CHUNK] = sums[j]
 
 
-@kernel
-def attention_partial_tile_kernel(q, keys, values, heads, kv_heads, dims, n_keys, scale, chunk, m, l, o):
-    """q, keys, values flat, as for attention_partial_kernel; every row reads its keys in place (logical key j is
-    cache row j). Block (c, h, g) serves the tile of rows g * ROWS_A_BLOCK onward."""
-    c, h, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
-    first_row = cuda.blockIdx.z * ROWS_A_BLOCK
-    tile_rows = min(ROWS_A_BLOCK, m.shape[0] - first_row)  # rows of the tile in the call; the others do nothing
-    kv = h // (heads // kv_heads)
-    start = c * chunk
-    lives = cuda.local.array(ROWS_A_BLOCK, np.int64)  # keys of this chunk each row of the tile reads (<= 0: none)
-    tile_live = 0  # keys of this chunk the tile loads: those of its longest row
-    for i in range(ROWS_A_BLOCK):
-        lives[i] = min(start + chunk, n_keys[first_row + i]) - start if i < tile_rows else 0
-        tile_live = max(tile_live, lives[i])
-    if tile_live <= 0:  # no row of the tile reaches this chunk (the same for every thread: none waits at a barrier)
-        for i in range(tile_rows):
-            if t == 0:
-                m[first_row + i, h, c] = -np.inf
-                l[first_row + i, h, c] = 0
-            for d in range(t, dims, CHUNK):
-                o[first_row + i, h, c, d] = 0
-        return
-    queries = cuda.shared.array((DIMS_A_PIECE, ROWS_A_BLOCK), np.float32)  # a piece of dims of the tile's queries
-    key_piece = cuda.shared.array((CHUNK, PIECE_ROW), np.float32)  # the same dims of the chunk's keys
-    scores = cuda.shared.array((ROWS_A_BLOCK, CHUNK), np.float32)  # each row's score of each slot, then its p
-    tree = cuda.shared.array((ROWS_A_BLOCK, CHUNK), np.float32)  # each row's max tree, then its sum tree
-    staged_queries = cuda.local.array(QUERIES_A_THREAD, np.float32)  # what this thread stages, all loaded before
-    staged_keys = cuda.local.array(KEYS_A_THREAD, np.float32)  # any is stored
-    dots = cuda.local.array(ROWS_A_BLOCK, np.float32)  # slot t's key with each row's query
-    for i in range(ROWS_A_BLOCK):
-        dots[i] = 0
-    d = t % DIMS_A_PIECE  # the dim of each piece this thread stages: consecutive threads, consecutive dims of a row
-    for first in range(0, dims, DIMS_A_PIECE):  # the pieces in order, so that each dot walks the dims in order
-        dim = min(first + d, dims - 1)  # past the head's last dim: that one again, which no dot reads
-        for k in range(QUERIES_A_THREAD):  # past the call's last row: that row again, whose dots are never kept
-            row = first_row + min(t // DIMS_A_PIECE + k * PIECES_A_PASS, tile_rows - 1)
-            staged_queries[k] = q[np.uint64((row * heads + h) * dims + dim)]
-        for k in range(KEYS_A_THREAD):  # past the tile's last key: that key again, in a slot no thread reads
-            key_row = start + min(t // DIMS_A_PIECE + k * PIECES_A_PASS, tile_live - 1)
-            staged_keys[k] = keys[np.uint64((key_row * kv_heads + kv) * dims + dim)]
-        cuda.syncthreads()  # every thread is done with the last piece
-        for k in range(QUERIES_A_THREAD):
-            queries[d, t // DIMS_A_PIECE + k * PIECES_A_PASS] = staged_queries[k]
-        for k in range(KEYS_A_THREAD):
-            key_piece[t // DIMS_A_PIECE + k * PIECES_A_PASS, d] = staged_keys[k]
-        cuda.syncthreads()
-        if t < tile_live:
-            for n in range(min(DIMS_A_PIECE, dims - first)):
-                key_value = key_piece[t, n]  # read once, used for every row's dot
-                for i in range(ROWS_A_BLOCK):
-                    dots[i] = fma_rn(queries[n, i], key_value, dots[i])
-    for i in range(ROWS_A_BLOCK):
-        score = np.float32(-np.inf)  # an empty slot (past the row's n: its dot is dropped): -inf to the max
-        if t < lives[i]:
-            score = dots[i] * np.float32(scale)
-        scores[i, t] = score
-        tree[i, t] = score
-    width = CHUNK // 2
-    while width > 0:  # every row's max tree, one step of all rows at a time
-        cuda.syncthreads()
-        for pair in range(t, ROWS_A_BLOCK * width, CHUNK):
-            i, slot = pair // width, pair % width
-            tree[i, slot] = max(tree[i, slot], tree[i, slot + width])
-        width //= 2
-    cuda.syncthreads()
-    maxima = cuda.local.array(ROWS_A_BLOCK, np.float32)  # each row's chunk max
-    for i in range(ROWS_A_BLOCK):
-        maxima[i] = tree[i, 0]
-    cuda.syncthreads()  # every thread has read the maxima before the tree takes the p
-    for i in range(ROWS_A_BLOCK):
-        safe_max = maxima[i] if math.isfinite(maxima[i]) else np.float32(0)
-        p = np.float32(0)  # an empty slot: 0 to the sum
-        if t < lives[i]:
-            p = exp32(scores[i, t] - safe_max)  # the score read back from shared memory: never fused into an fma
-        scores[i, t] = p
-        tree[i, t] = p
-    width = CHUNK // 2
-    while width > 0:  # every row's sum tree, in the halving order of tree_sum
-        cuda.syncthreads()
-        for pair in range(t, ROWS_A_BLOCK * width, CHUNK):
-            i, slot = pair // width, pair % width
-            tree[i, slot] += tree[i, slot + width]
-        width //= 2
-    cuda.syncthreads()
-    for i in range(ROWS_A_BLOCK):  # every row, then a test: a local array stays in registers only where each index
-        if t == 0 and i < tile_rows:  # is a constant of an unrolled loop
-            m[first_row + i, h, c] = maxima[i]
-            l[first_row + i, h, c] = tree[i, 0]
-    if t >= dims:  # a thread past the head's dims owns none (no barrier follows)
-        return
-    # Now thread t owns head dims t and t + CHUNK of every row of the tile and walks the chunk's keys in order: it
-    # loads each value once and adds it to the o of each row that reads that key.
-    sums = cuda.local.array(SUMS_A_THREAD, np.float32)  # o of the thread's dims, row after row
-    for j in range(SUMS_A_THREAD):
-        sums[j] = 0
-    batch = cuda.local.array(HELD, np.float32)
-    for first in range(0, tile_live, LOADS):
-        for u in range(LOADS):  # LOADS keys' values loaded ahead of their use (past the tile's last key: it again)
-            value_row = np.uint64(((start + min(first + u, tile_live - 1)) * kv_heads + kv) * dims)
-            for j in range(DIMS_A_THREAD):
-                batch[j * LOADS + u] = values[value_row + np.uint64(min(t + j * CHUNK, dims - 1))]
-        for u in range(LOADS):
-            for i in range(ROWS_A_BLOCK):
-                if first + u < lives[i]:  # row i adds its own keys only, as the per-row kernel does
-                    for j in range(DIMS_A_THREAD):
-                        sums[i * DIMS_A_THREAD + j] = fma_rn(scores[i, first + u], batch[j * LOADS + u],
-                                                             sums[i * DIMS_A_THREAD + j])
-    for i in range(ROWS_A_BLOCK):
-        for j in range(DIMS_A_THREAD):
-            if i < tile_rows and t + j * CHUNK < dims:
-                o[first_row + i, h, c, t + j * CHUNK] = sums[i * DIMS_A_THREAD + j]
+@functools.cache
+def attention_partial_tile_kernel(rows_a_block):
+    """The partial over tiles of `rows_a_block` rows (`tile_rows`): q, keys, values flat, as for
+    attention_partial_kernel; every row reads its keys in place (logical key j is cache row j). Block (c, h, g)
+    serves the tile of rows g * rows_a_block onward."""
+    queries_a_thread = rows_a_block // PIECES_A_PASS  # query values a thread stages for each piece
+    sums_a_thread = rows_a_block * DIMS_A_THREAD  # o values a thread sums: its dims of every row
 
+    @kernel
+    def partial_tile(q, keys, values, heads, kv_heads, dims, n_keys, scale, chunk, m, l, o):
+        c, h, t = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        first_row = cuda.blockIdx.z * rows_a_block
+        tile_rows = min(rows_a_block, m.shape[0] - first_row)  # rows of the tile in the call; the others do nothing
+        kv = h // (heads // kv_heads)
+        start = c * chunk
+        lives = cuda.local.array(rows_a_block, np.int64)  # keys of this chunk each row of the tile reads (<= 0: none)
+        tile_live = 0  # keys of this chunk the tile loads: those of its longest row
+        for i in range(rows_a_block):
+            lives[i] = min(start + chunk, n_keys[first_row + i]) - start if i < tile_rows else 0
+            tile_live = max(tile_live, lives[i])
+        if tile_live <= 0:  # no row of the tile reaches this chunk (the same for every thread: none waits at a barrier)
+            for i in range(tile_rows):
+                if t == 0:
+                    m[first_row + i, h, c] = -np.inf
+                    l[first_row + i, h, c] = 0
+                for d in range(t, dims, CHUNK):
+                    o[first_row + i, h, c, d] = 0
+            return
+        queries = cuda.shared.array((DIMS_A_PIECE, rows_a_block), np.float32)  # a piece of dims of the tile's queries
+        key_piece = cuda.shared.array((CHUNK, PIECE_ROW), np.float32)  # the same dims of the chunk's keys
+        scores = cuda.shared.array((rows_a_block, CHUNK), np.float32)  # each row's score of each slot, then its p
+        tree = cuda.shared.array((rows_a_block, CHUNK), np.float32)  # each row's max tree, then its sum tree
+        staged_queries = cuda.local.array(queries_a_thread, np.float32)  # what this thread stages, all loaded before
+        staged_keys = cuda.local.array(KEYS_A_THREAD, np.float32)  # any is stored
+        dots = cuda.local.array(rows_a_block, np.float32)  # slot t's key with each row's query
+        for i in range(rows_a_block):
+            dots[i] = 0
+        d = t % DIMS_A_PIECE  # the dim of each piece this thread stages: consecutive threads, consecutive dims of a row
+        for first in range(0, dims, DIMS_A_PIECE):  # the pieces in order, so that each dot walks the dims in order
+            dim = min(first + d, dims - 1)  # past the head's last dim: that one again, which no dot reads
+            for k in range(queries_a_thread):  # past the call's last row: that row again, whose dots are never kept
+                row = first_row + min(t // DIMS_A_PIECE + k * PIECES_A_PASS, tile_rows - 1)
+                staged_queries[k] = q[np.uint64((row * heads + h) * dims + dim)]
+            for k in range(KEYS_A_THREAD):  # past the tile's last key: that key again, in a slot no thread reads
+                key_row = start + min(t // DIMS_A_PIECE + k * PIECES_A_PASS, tile_live - 1)
+                staged_keys[k] = keys[np.uint64((key_row * kv_heads + kv) * dims + dim)]
+            cuda.syncthreads()  # every thread is done with the last piece
+            for k in range(queries_a_thread):
+                queries[d, t // DIMS_A_PIECE + k * PIECES_A_PASS] = staged_queries[k]
+            for k in range(KEYS_A_THREAD):
+                key_piece[t // DIMS_A_PIECE + k * PIECES_A_PASS, d] = staged_keys[k]
+            cuda.syncthreads()
+            if t < tile_live:
+                for n in range(min(DIMS_A_PIECE, dims - first)):
+                    key_value = key_piece[t, n]  # read once, used for every row's dot
+                    for i in range(rows_a_block):
+                        dots[i] = fma_rn(queries[n, i], key_value, dots[i])
+        for i in range(rows_a_block):
+            score = np.float32(-np.inf)  # an empty slot (past the row's n: its dot is dropped): -inf to the max
+            if t < lives[i]:
+                score = dots[i] * np.float32(scale)
+            scores[i, t] = score
+            tree[i, t] = score
+        width = CHUNK // 2
+        while width > 0:  # every row's max tree, one step of all rows at a time
+            cuda.syncthreads()
+            for pair in range(t, rows_a_block * width, CHUNK):
+                i, slot = pair // width, pair % width
+                tree[i, slot] = max(tree[i, slot], tree[i, slot + width])
+            width //= 2
+        cuda.syncthreads()
+        maxima = cuda.local.array(rows_a_block, np.float32)  # each row's chunk max
+        for i in range(rows_a_block):
+            maxima[i] = tree[i, 0]
+        cuda.syncthreads()  # every thread has read the maxima before the tree takes the p
+        for i in range(rows_a_block):
+            safe_max = maxima[i] if math.isfinite(maxima[i]) else np.float32(0)
+            p = np.float32(0)  # an empty slot: 0 to the sum
+            if t < lives[i]:
+                p = exp32(scores[i, t] - safe_max)  # the score read back from shared memory: never fused into an fma
+            scores[i, t] = p
+            tree[i, t] = p
+        width = CHUNK // 2
+        while width > 0:  # every row's sum tree, in the halving order of tree_sum
+            cuda.syncthreads()
+            for pair in range(t, rows_a_block * width, CHUNK):
+                i, slot = pair // width, pair % width
+                tree[i, slot] += tree[i, slot + width]
+            width //= 2
+        cuda.syncthreads()
+        for i in range(rows_a_block):  # every row, then a test: a local array stays in registers only where each index
+            if t == 0 and i < tile_rows:  # is a constant of an unrolled loop
+                m[first_row + i, h, c] = maxima[i]
+                l[first_row + i, h, c] = tree[i, 0]
+        if t >= dims:  # a thread past the head's dims owns none (no barrier follows)
+            return
+        # Now thread t owns head dims t and t + CHUNK of every row of the tile and walks the chunk's keys in order: it
+        # loads each value once and adds it to the o of each row that reads that key.
+        sums = cuda.local.array(sums_a_thread, np.float32)  # o of the thread's dims, row after row
+        for j in range(sums_a_thread):
+            sums[j] = 0
+        batch = cuda.local.array(HELD, np.float32)
+        for first in range(0, tile_live, LOADS):
+            for u in range(LOADS):  # LOADS keys' values loaded ahead of their use (past the tile's last key: it again)
+                value_row = np.uint64(((start + min(first + u, tile_live - 1)) * kv_heads + kv) * dims)
+                for j in range(DIMS_A_THREAD):
+                    batch[j * LOADS + u] = values[value_row + np.uint64(min(t + j * CHUNK, dims - 1))]
+            for u in range(LOADS):
+                for i in range(rows_a_block):
+                    if first + u < lives[i]:  # row i adds its own keys only, as the per-row kernel does
+                        for j in range(DIMS_A_THREAD):
+                            sums[i * DIMS_A_THREAD + j] = fma_rn(scores[i, first + u], batch[j * LOADS + u],
+                                                                 sums[i * DIMS_A_THREAD + j])
+        for i in range(rows_a_block):
+            for j in range(DIMS_A_THREAD):
+                if i < tile_rows and t + j * CHUNK < dims:
+                    o[first_row + i, h, c, t + j * CHUNK] = sums[i * DIMS_A_THREAD + j]
+
+    return partial_tile
 
 @kernel
 def attention_merge_kernel(m, l, o, q_and_gate, gated, out):
@@ -412,31 +396,11 @@ def attention_merge_kernel(m, l, o, q_and_gate, gated, out):
         out[r, h, d] = value
 
 
-@kernel
-def kv_write_kernel(keys, values, new_keys, new_values, at):
-    """Thread i owns element (r, h, d) of the window's rows, i = (r * Hkv + h) * head_dim + d."""
-    i = cuda.grid(1)
-    heads, head_dim = new_keys.shape[1], new_keys.shape[2]
-    if i < new_keys.size:
-        r, h, d = i // (heads * head_dim), (i // head_dim) % heads, i % head_dim
-        keys[at[r], h, d] = new_keys[r, h, d]
-        values[at[r], h, d] = new_values[r, h, d]
-
-
-@kernel
-def kv_compact_kernel(keys, values, committed, path):
-    """Thread i owns element (h, d) of a KV row, i = h * head_dim + d, and moves it for each depth in turn;
-    committed[0] is the stream's length (device memory: a recorded keep's changes per replay)."""
-    i = cuda.grid(1)
-    head_dim = keys.shape[2]
-    h, d = i // head_dim, i % head_dim
-    length = committed[0]
-    if h < keys.shape[1]:
-        for depth in range(path.shape[0]):  # in increasing depth (see kv_compact)
-            if path[depth] < 0:  # the path's end
-                break
-            keys[length + depth, h, d] = keys[length + path[depth], h, d]
-            values[length + depth, h, d] = values[length + path[depth], h, d]
+def tile_rows(rows):
+    """Rows a block of the tile kernel serves in a call of `rows` rows: a round's window (at most ROUND_ROWS) in
+    tiles of ROUND_ROWS_A_BLOCK, so that its few rows still fill several blocks a chunk and head (a block walks its
+    rows in turn); a prompt chunk in tiles of PROMPT_ROWS_A_BLOCK, each key loaded once for more rows."""
+    return ROUND_ROWS_A_BLOCK if rows <= ROUND_ROWS else PROMPT_ROWS_A_BLOCK
 
 
 def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, path_slots=None, stream=0,
@@ -455,13 +419,13 @@ def attention_partial_launch(q, keys, values, n_keys, scale, committed=None, pat
     l = cuda.device_array((rows, heads, chunks), np.float32, stream=stream)
     o = cuda.device_array((rows, heads, chunks, head_dim), np.float32, stream=stream)
     assert head_dim <= DIMS_A_THREAD * CHUNK, f"head_dim {head_dim} over the partial's {DIMS_A_THREAD * CHUNK}"
-    tiles = -(-rows // ROWS_A_BLOCK)
-    if tile is None:  # most of a tile's rows, or a grid that fills the GPU (the module's docstring)
-        tile = rows > ROWS_A_BLOCK // 2 or (rows > 1 and chunks * heads * tiles >= 2 * multiprocessors())
+    rows_a_block = tile_rows(rows)
+    tiles = -(-rows // rows_a_block)
+    if tile is None:  # most of a round's window, or a grid that fills the GPU (the module's docstring)
+        tile = rows > ROUND_ROWS // 2 or (rows > 1 and chunks * heads * tiles >= 2 * multiprocessors())
     if path_slots is None and tile:  # rows that read their keys in place: each chunk's keys loaded once a tile
-        attention_partial_tile_kernel[(chunks, heads, tiles), CHUNK, stream](flat(q), flat(keys), flat(values), heads,
-                                                                             keys.shape[1], head_dim, n_keys, scale,
-                                                                             chunk, m, l, o)
+        attention_partial_tile_kernel(rows_a_block)[(chunks, heads, tiles), CHUNK, stream](
+            flat(q), flat(keys), flat(values), heads, keys.shape[1], head_dim, n_keys, scale, chunk, m, l, o)
         return m, l, o
     if path_slots is None:  # every key in place (each row's keys are below its n_keys): the map is never read
         committed, path_slots = n_keys, cuda.device_array((rows, 1), np.int32, stream=stream)
@@ -481,20 +445,3 @@ def attention_merge_launch(m, l, o, out=None, q_and_gate=None, stream=0):
     attention_merge_kernel[blocks_for(out.size), BLOCK, stream](m, l, o, out if q_and_gate is None else q_and_gate,
                                                                 q_and_gate is not None, out)
     return out
-
-
-def kv_write_launch(keys, values, new_keys, new_values, at, stream=0):
-    """Write new_keys, new_values [rows, Hkv, hd] to cache rows at [rows] (int32) of the device buffers keys and
-    values [N, Hkv, hd], in place; returns them."""
-    kv_write_kernel[blocks_for(new_keys.size), BLOCK, stream](keys, values, new_keys, new_values, at)
-    return keys, values
-
-
-def kv_compact_launch(keys, values, committed, path, stream=0):
-    """Move the rows of `path` to committed + depth in the device buffers keys and values [N, Hkv, hd], in place;
-    returns them. `committed` an int, or int32 [1] on the device; `path` a host list of window slots, or int32 on
-    the device ended by its first negative entry (a recorded keep's; host values are uploaded)."""
-    committed = device_int32([committed] if isinstance(committed, (int, np.integer)) else committed, stream)
-    slots = device_int32(path, stream)
-    kv_compact_kernel[blocks_for(keys.shape[1] * keys.shape[2]), BLOCK, stream](keys, values, committed, slots)
-    return keys, values
