@@ -51,16 +51,15 @@ in a prompt chunk, ROUND_ROWS_A_BLOCK in a round's window, whose few rows would 
 chunk and head (a block's work is serial in its rows). A call takes it when more than half a round's window reads
 its keys in place, or when its grid (chunks x heads x tiles) still gives every multiprocessor two blocks (a long
 cache); a few rows over a short cache run faster on the per-row kernel's many blocks, which a tree's rows (reading
-their path's keys) always take. The
-block stages the tile's queries and the chunk's keys in shared memory a piece of DIMS_A_PIECE head dims at a time,
-the pieces in order; thread t owns key slot t and adds each dim of its key into its dot with every row's query, so
-each (row, key) dot walks the head dims in order, as in the per-row kernel. Each row has its own max tree and sum
-tree with the per-row kernel's halving steps (a step of all the tile's rows spread over the threads). Then thread t
-owns head dims t and t + CHUNK of every row, walks the chunk's keys in order, loads each key's value once and adds
-it into the o of each row that reads that key. The tile loads the keys of its longest row; a shorter row's dots past
-its n are computed but dropped (-inf, p = 0) and its sums skip those keys, so each row's m, l and o are the per-row
-kernel's, bit for bit. A tile that reaches no key of the chunk writes its rows' empty partials (m = -inf, l = 0,
-o = 0) and loads nothing.
+their path's keys) always take. The block stages the tile's queries and the chunk's keys in shared memory a piece of
+DIMS_A_PIECE head dims at a time, the pieces in order; thread t owns key slot t and adds each dim of its key into
+its dot with every row's query, so each (row, key) dot walks the head dims in order, as in the per-row kernel. Each
+row has its own max tree and sum tree with the per-row kernel's halving steps (a step of all the tile's rows spread
+over the threads). Then thread t owns head dims t and t + CHUNK of every row, walks the chunk's keys in order, loads
+each key's value once and adds it into the o of each row that reads that key. The tile loads the keys of its longest
+row; a shorter row's dots past its n are computed but dropped (-inf, p = 0) and its sums skip those keys, so each
+row's m, l and o are the per-row kernel's, bit for bit. A tile that reaches no key of the chunk writes its rows'
+empty partials (m = -inf, l = 0, o = 0) and loads nothing.
 
 Merge: one thread per (row, head, dim), walking the chunks in order. Both partial kernels take the chunk width as an
 argument (CHUNK in the engine) so that the contract can plant a moved chunk boundary.
