@@ -108,7 +108,11 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
     Returns (m, l [rows, Hq, chunks], o [rows, Hq, chunks, hd]); chunks a row does not reach hold m = -inf, l = 0.
     """
     rows, heads, head_dim = q.shape
-    kv_head = np.arange(heads) // (heads // keys.shape[1])  # query head h reads KV head h // share
+    kv_heads = keys.shape[1]
+    share = heads // kv_heads
+    # Query head h = kv * share + i reads KV head kv: with the heads grouped so, each KV head's keys and values are
+    # gathered once a chunk and broadcast over its query heads.
+    q_by_kv = q.reshape(rows, kv_heads, share, head_dim)
     n_keys = np.asarray(n_keys)
     if path_slots is None:
         committed, path_slots = keys.shape[0], np.zeros((rows, 1), np.int32)
@@ -122,11 +126,12 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
         if not live.any():
             continue
         rows_read = np.where(live, cache_rows(logical, committed, path_slots), 0)  # [rows, slots]
-        chunk_keys = keys[rows_read]  # [rows, slots, Hkv, hd]
-        scores = np.zeros((rows, heads, len(logical)), np.float32)
+        keys_by_dim = keys.transpose(2, 1, 0)[:, :, rows_read]  # [hd, Hkv, rows, slots]: each row's keys
+        scores = np.zeros((rows, kv_heads, share, len(logical)), np.float32)
         for d in range(head_dim):  # each slot's thread walks the head dims in order
-            scores = fma_rn_twin(q[:, :, None, d], chunk_keys[:, :, kv_head, d].transpose(0, 2, 1), scores)
-        scores = scores * np.float32(scale)
+            scores = fma_rn_twin(q_by_kv[:, :, :, d, None], keys_by_dim[d].transpose(1, 0, 2)[:, :, None, :], scores)
+        del keys_by_dim  # a prompt chunk's are large: freed before its values are gathered
+        scores = scores.reshape(rows, heads, len(logical)) * np.float32(scale)
         scores = np.where(live[:, None, :], scores, -np.inf).astype(np.float32)
         chunk_max = scores.max(axis=2)
         reached = np.isfinite(chunk_max)
@@ -136,10 +141,12 @@ def attention_partial(q, keys, values, n_keys, scale, committed=None, path_slots
         tree[:, :, :len(logical)] = p
         m[:, :, c] = chunk_max
         l[:, :, c] = tree_sum(tree)
-        acc = np.zeros((rows, heads, head_dim), np.float32)
+        chunk_values = values[rows_read]  # [rows, slots, Hkv, hd]
+        p_by_kv = p.reshape(rows, kv_heads, share, len(logical))
+        acc = np.zeros((rows, kv_heads, share, head_dim), np.float32)
         for s in range(len(logical)):  # each dim's thread walks the chunk's keys in order
-            acc = fma_rn_twin(p[:, :, s, None], values[rows_read[:, s]][:, kv_head], acc)
-        o[:, :, c] = acc
+            acc = fma_rn_twin(p_by_kv[:, :, :, s, None], chunk_values[:, s, :, None, :], acc)
+        o[:, :, c] = acc.reshape(rows, heads, head_dim)
     return m, l, o
 
 
