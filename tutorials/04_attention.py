@@ -90,7 +90,7 @@ show(attention.attention_partial, attention.attention_partial_kernel,
             ("chunk_max = scores.max", "top[t] = score"),
             ("p = np.where(live", "p = np.float32(0)"),
             ("l[:, :, c] = tree_sum", "total[t] = p"),
-            ("acc = np.zeros((rows, heads, head_dim)", "sums = cuda.local.array")])
+            ("chunk_values = values[rows_read]", "sums = cuda.local.array")])
 show(attention.attention_merge, attention.attention_merge_kernel,
      align=[("top = m.max", "top = np.float32(-np.inf)"),
             ("total = np.zeros", "total = np.float32(0)"),
