@@ -17,12 +17,11 @@ def bf16_to_f32(bits):
 def f32_to_bf16(values):
     """float32 values to bf16 bit patterns, rounding to nearest even; NaN stays a quiet NaN. The sum fits 32 bits for
     every pattern but a NaN's (-inf's, the largest that is not, gives 0xFF807FFF), and a NaN's is replaced."""
-    values = np.ascontiguousarray(values, np.float32)
+    values = np.asarray(values, np.float32)
     bits = values.view(np.uint32)
     one, half = np.uint32(1), np.uint32(0x7FFF)
     rounded = ((bits + half + ((bits >> np.uint32(16)) & one)) >> np.uint32(16)).astype(np.uint16)
-    rounded[np.isnan(values)] = 0x7FC0
-    return rounded
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
 
 
 def affine_rows(packed, scales, biases, bits, group_size, outs):
