@@ -174,6 +174,7 @@ def deltanet_apply(state, log, path):
 
 COLUMNS = 32  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
 SCAN_THREADS = COLUMNS * SUM_CHAINS  # a thread per column and chain: consecutive threads are one column's chains
+LOADS_IN_FLIGHT = 8  # loads of a tile's keys (and queries) a thread issues before it stores them
 ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
 # a window of one row's depths and path slots: constants of the kernel that scans one row of many lanes
 ONE_ROW_DEPTHS, ONE_ROW_SLOTS = paths.depths(paths.chain(1)), paths.path_slots(paths.chain(1))
@@ -232,8 +233,9 @@ def scan_kernel(dk, lanes=False):
 
     A thread reads its chain of the state and of a logged key through a view (`state[h, c::SUM_CHAINS, j]`), and the
     staged keys and queries by chain (`keys[u, c, m]`), so that in the unrolled loops each element is at a fixed
-    offset from one address. The tile's loads are of a fixed count; past the window's last row they load the last row
-    again, which no row reads."""
+    offset from one address. A thread loads a tile's keys and queries LOADS_IN_FLIGHT at a time, all of a batch before
+    it stores any in shared memory, so that they wait on memory together, not once each; rows past the window's last
+    are not loaded (no row reads them), so a window of one row loads one row."""
     per_chain = -(-dk // SUM_CHAINS)  # the elements of a column that one chain (one thread) holds
     whole = dk % SUM_CHAINS == 0  # every chain holds per_chain elements: the compiler drops the `m < ...` tests
     staged_per_thread = -(-ROWS_STAGED * dk // SCAN_THREADS)  # a tile's key (and query) values each thread stages
@@ -253,13 +255,20 @@ def scan_kernel(dk, lanes=False):
         """keys[u, c, m] = k[row0 + first_row + u, g, c + m SUM_CHAINS], and queries the same, for the tile's rows u
         of a window of `rows` rows: each row's elements by chain. The block's threads take every SCAN_THREADS-th
         value of the [ROWS_STAGED, dk] tile."""
-        for step in range(staged_per_thread):
-            place = step * SCAN_THREADS + cuda.threadIdx.x  # in the tile, row by row
-            if place < ROWS_STAGED * dk:
-                u, n = place // dk, place % dk
-                r = row0 + min(first_row + u, rows - 1)
-                c, m = n % SUM_CHAINS, n // SUM_CHAINS
-                keys[u, c, m], queries[u, c, m] = k[r, g, n], q[r, g, n]
+        for first_step in range(0, staged_per_thread, LOADS_IN_FLIGHT):
+            loaded_keys = cuda.local.array(LOADS_IN_FLIGHT, np.float32)
+            loaded_queries = cuda.local.array(LOADS_IN_FLIGHT, np.float32)
+            for step in range(LOADS_IN_FLIGHT):  # a batch's loads first, so that they wait on memory together
+                place = (first_step + step) * SCAN_THREADS + cuda.threadIdx.x  # in the tile, row by row
+                if place < ROWS_STAGED * dk and first_row + place // dk < rows:
+                    r, n = row0 + first_row + place // dk, place % dk
+                    loaded_keys[step], loaded_queries[step] = k[r, g, n], q[r, g, n]
+            for step in range(LOADS_IN_FLIGHT):  # then its stores
+                place = (first_step + step) * SCAN_THREADS + cuda.threadIdx.x
+                if place < ROWS_STAGED * dk and first_row + place // dk < rows:
+                    u, n = place // dk, place % dk
+                    keys[u, n % SUM_CHAINS, n // SUM_CHAINS] = loaded_keys[step]
+                    queries[u, n % SUM_CHAINS, n // SUM_CHAINS] = loaded_queries[step]
 
     @cuda.jit(device=True)
     def stage_rows(v, decay, beta, depths, path_slots, h, row0, rows, first_column, first_row, values, decays, betas,
