@@ -35,8 +35,8 @@ column logged, and each of the column's threads logs the delta (the same bits) s
 scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries, and its
 rows' v, decay, beta and parent, in shared memory at once (two barriers a tile); the tile's rows then run in order, each
 as the twin's row, every warp at its own pace (no barrier inside a tile). The scan also writes the log: each row's delta
-column, and (from the head's first block) its decay and its key, the shared key head repeated for every value head that
-reads it.
+column, and (from one block of the head, its blocks taking turns row by row, so that none runs the others' share) its
+decay and its key, the shared key head repeated for every value head that reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -350,10 +350,10 @@ def scan_kernel(dk, lanes=False):
                     log_delta[row0 + r, h, j] = delta  # at once, by each chain's thread: a later rebuild reads it
                     if c == 0:
                         out[row0 + r, h, j] = o
-                if cuda.blockIdx.x == 0:
+                if cuda.blockIdx.x == r % cuda.gridDim.x:  # the head's blocks take turns: each logs every few rows
                     if t == 0:
                         log_decay[row0 + r, h] = a
-                    for n in range(t, dk, SCAN_THREADS):  # the head's key, from the first block of the head
+                    for n in range(t, dk, SCAN_THREADS):  # the head's key, which every block of the head staged
                         log_key[row0 + r, h, n] = keys[u, n % SUM_CHAINS, n // SUM_CHAINS]
         if live:
             end = new_states[lane, h, c::SUM_CHAINS, j]
