@@ -157,9 +157,10 @@ def _launch_scan(state, q, k, v, decay, beta, depths, path_slots):
 
 def _lanes_cases(mode, rng):
     """One row for each of several windows, each from its lane's row of a pool: in the simulator 3 windows of a
-    pool of 5 lanes (not in lane order, a lane left out); on GPU 16 windows of 16 lanes and 3 of 64, at Qwen3.5's
-    DeltaNet (16 heads of 128) and the 4B's (32 value heads)."""
-    shapes = [(5, [3, 0, 4], 2, 1, 3, 4), (4, [1, 2, 3], 4, 2, 8, 6)] if mode == "sim" else [
+    pool of 5 lanes (not in lane order, a lane left out), and 2 windows over heads of two scan blocks (each window's
+    log from another block); on GPU 16 windows of 16 lanes and 3 of 64, at Qwen3.5's DeltaNet (16 heads of 128) and
+    the 4B's (32 value heads)."""
+    shapes = [(5, [3, 0, 4], 2, 1, 3, 4), (4, [1, 2, 3], 4, 2, 8, 6), (3, [2, 0], 2, 1, 3, 40)] if mode == "sim" else [
         (16, list(range(16)), 16, 16, 128, 128), (64, [40, 3, 63], 16, 16, 128, 128), (4, [2, 0], 32, 16, 128, 128)]
     cases = []
     for lanes, order, nv, nk, dk, dv in shapes:

@@ -350,7 +350,7 @@ def scan_kernel(dk, lanes=False):
                     log_delta[row0 + r, h, j] = delta  # at once, by each chain's thread: a later rebuild reads it
                     if c == 0:
                         out[row0 + r, h, j] = o
-                if cuda.blockIdx.x == r % cuda.gridDim.x:  # the head's blocks take turns: each logs every few rows
+                if cuda.blockIdx.x == (row0 + r) % cuda.gridDim.x:  # the head's blocks take turns logging rows
                     if t == 0:
                         log_decay[row0 + r, h] = a
                     for n in range(t, dk, SCAN_THREADS):  # the head's key, which every block of the head staged
