@@ -33,10 +33,11 @@ shuffles and each adds the four in the twin's tree (`chains_total`; `column_tota
 and all four hold the same total. No thread ever touches another column's state, so a rebuild reads only deltas its own
 column logged, and each of the column's threads logs the delta (the same bits) so that it reads back its own write. The
 scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries, and its
-rows' v, decay, beta and parent, in shared memory at once (two barriers a tile); the tile's rows then run in order, each
-as the twin's row, every warp at its own pace (no barrier inside a tile). The scan also writes the log: each row's delta
-column, and (from one block of the head, its blocks taking turns row by row, so that none runs the others' share) its
-decay and its key, the shared key head repeated for every value head that reads it.
+rows' v, decay, beta and parent, in shared memory at once (two barriers a tile), loaded while the tile before runs; the
+tile's rows then run in order, each as the twin's row, every warp at its own pace (no barrier inside a tile). The scan
+also writes the log: each row's delta column, and (from one block of the head, its blocks taking turns row by row, so
+that none runs the others' share) its decay and its key, the shared key head repeated for every value head that reads
+it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -174,8 +175,7 @@ def deltanet_apply(state, log, path):
 
 COLUMNS = 32  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
 SCAN_THREADS = COLUMNS * SUM_CHAINS  # a thread per column and chain: consecutive threads are one column's chains
-LOADS_IN_FLIGHT = 8  # loads of a tile's keys (and queries) a thread issues before it stores them
-ROWS_STAGED = 16  # rows per scan tile: a default drafted window (16 rows) is one; keys and queries: 16 KB at dk 128
+ROWS_STAGED = 8  # rows per scan tile; a thread holds its share of the next tile in registers while a tile runs
 # a window of one row's depths and path slots: constants of the kernel that scans one row of many lanes
 ONE_ROW_DEPTHS, ONE_ROW_SLOTS = paths.depths(paths.chain(1)), paths.path_slots(paths.chain(1))
 
@@ -233,12 +233,14 @@ def scan_kernel(dk, lanes=False):
 
     A thread reads its chain of the state and of a logged key through a view (`state[h, c::SUM_CHAINS, j]`), and the
     staged keys and queries by chain (`keys[u, c, m]`), so that in the unrolled loops each element is at a fixed
-    offset from one address. A thread loads a tile's keys and queries LOADS_IN_FLIGHT at a time, all of a batch before
-    it stores any in shared memory, so that they wait on memory together, not once each; rows past the window's last
-    are not loaded (no row reads them), so a window of one row loads one row."""
+    offset from one address. Each thread loads the next tile's inputs into its registers before the rows of this
+    tile run, and stores them in shared memory after them (`load_tile`, `store_tile`), so that their loads wait on
+    memory while the rows run, not between tiles."""
     per_chain = -(-dk // SUM_CHAINS)  # the elements of a column that one chain (one thread) holds
     whole = dk % SUM_CHAINS == 0  # every chain holds per_chain elements: the compiler drops the `m < ...` tests
     staged_per_thread = -(-ROWS_STAGED * dk // SCAN_THREADS)  # a tile's key (and query) values each thread stages
+    values_per_thread = ROWS_STAGED * COLUMNS // SCAN_THREADS  # and its values
+    loaded_per_thread = 2 * staged_per_thread + values_per_thread + 2  # and a row's decay and beta
     # A tile row's keys (and queries) by chain, each chain SUM_CHAINS floats further along the 32 banks than the one
     # before: a warp's four chains read different banks, and four of a chain's elements are one 16-byte load.
     chain_pitch = per_chain + SUM_CHAINS
@@ -251,40 +253,48 @@ def scan_kernel(dk, lanes=False):
                 col[m] = start[m]
 
     @cuda.jit(device=True)
-    def stage_tile(k, q, g, row0, rows, first_row, keys, queries):
-        """keys[u, c, m] = k[row0 + first_row + u, g, c + m SUM_CHAINS], and queries the same, for the tile's rows u
-        of a window of `rows` rows: each row's elements by chain. The block's threads take every SCAN_THREADS-th
-        value of the [ROWS_STAGED, dk] tile."""
-        for first_step in range(0, staged_per_thread, LOADS_IN_FLIGHT):
-            loaded_keys = cuda.local.array(LOADS_IN_FLIGHT, np.float32)
-            loaded_queries = cuda.local.array(LOADS_IN_FLIGHT, np.float32)
-            for step in range(LOADS_IN_FLIGHT):  # a batch's loads first, so that they wait on memory together
-                place = (first_step + step) * SCAN_THREADS + cuda.threadIdx.x  # in the tile, row by row
-                if place < ROWS_STAGED * dk and first_row + place // dk < rows:
-                    r, n = row0 + first_row + place // dk, place % dk
-                    loaded_keys[step], loaded_queries[step] = k[r, g, n], q[r, g, n]
-            for step in range(LOADS_IN_FLIGHT):  # then its stores
-                place = (first_step + step) * SCAN_THREADS + cuda.threadIdx.x
-                if place < ROWS_STAGED * dk and first_row + place // dk < rows:
-                    u, n = place // dk, place % dk
-                    keys[u, n % SUM_CHAINS, n // SUM_CHAINS] = loaded_keys[step]
-                    queries[u, n % SUM_CHAINS, n // SUM_CHAINS] = loaded_queries[step]
+    def load_tile(k, q, v, decay, beta, depths, g, h, row0, rows, first_column, first_row, loaded, loaded_depth):
+        """This thread's share of a tile's inputs, for the window's rows r = first_row + u, loaded into its registers
+        and not yet used: in `loaded`, every SCAN_THREADS-th value of the tile's keys [u, n] = k[row0 + r, g, n] (rows
+        past the window's last not loaded: no row reads them), then of its queries, then of its values [u, column] =
+        v[row0 + r, h, first_column + column]; thread u < ROWS_STAGED also its row's decay and beta (last in
+        `loaded`) and depth (`loaded_depth[0]`). Issued before a tile's rows run, they arrive while those rows run."""
+        dv, t = v.shape[2], cuda.threadIdx.x
+        for step in range(staged_per_thread):
+            place = step * SCAN_THREADS + t  # in the tile, row by row
+            if place < ROWS_STAGED * dk and first_row + place // dk < rows:
+                r, n = row0 + first_row + place // dk, place % dk
+                loaded[step], loaded[staged_per_thread + step] = k[r, g, n], q[r, g, n]
+        for step in range(values_per_thread):
+            place = step * SCAN_THREADS + t
+            u, column = place // COLUMNS, place % COLUMNS
+            r = row0 + min(first_row + u, rows - 1)
+            loaded[2 * staged_per_thread + step] = v[r, h, min(first_column + column, dv - 1)]
+        if t < ROWS_STAGED:
+            r = min(first_row + t, rows - 1)
+            loaded[loaded_per_thread - 2], loaded[loaded_per_thread - 1] = decay[row0 + r, h], beta[row0 + r, h]
+            loaded_depth[0] = depths[r]
 
     @cuda.jit(device=True)
-    def stage_rows(v, decay, beta, depths, path_slots, h, row0, rows, first_column, first_row, values, decays, betas,
-                   parents):
-        """The tile's other inputs: values[u, column] = v[row0 + r, h, first_column + column], and decays[u],
-        betas[u] and parents[u] (-1 for a root) of value head h, for the window's rows r = first_row + u."""
-        dv = v.shape[2]
-        for place in range(cuda.threadIdx.x, ROWS_STAGED * COLUMNS, SCAN_THREADS):
-            u, column = place // COLUMNS, place % COLUMNS
-            values[u, column] = v[row0 + min(first_row + u, rows - 1), h, min(first_column + column, dv - 1)]
-        u = cuda.threadIdx.x
-        if u < ROWS_STAGED:
-            r = min(first_row + u, rows - 1)
-            depth = depths[r]
-            decays[u], betas[u] = decay[row0 + r, h], beta[row0 + r, h]
-            parents[u] = path_slots[r, depth - 1] if depth > 0 else -1
+    def store_tile(loaded, loaded_depth, path_slots, rows, first_row, keys, queries, values, decays, betas, parents):
+        """Store what `load_tile` loaded in the block's shared tile: keys[u, c, m] (element c + m SUM_CHAINS of the
+        row's key: each row's elements by chain) and queries the same, values[u, column], and decays[u], betas[u] and
+        parents[u] (-1 for a root). A row with as many ancestors as rows before it follows the row before it (a
+        window's rows come after their parents), so a chain's rows need no load of their path here."""
+        t = cuda.threadIdx.x
+        for step in range(staged_per_thread):
+            place = step * SCAN_THREADS + t
+            if place < ROWS_STAGED * dk and first_row + place // dk < rows:
+                u, n = place // dk, place % dk
+                keys[u, n % SUM_CHAINS, n // SUM_CHAINS] = loaded[step]
+                queries[u, n % SUM_CHAINS, n // SUM_CHAINS] = loaded[staged_per_thread + step]
+        for step in range(values_per_thread):
+            place = step * SCAN_THREADS + t
+            values[place // COLUMNS, place % COLUMNS] = loaded[2 * staged_per_thread + step]
+        if t < ROWS_STAGED:
+            r, depth = min(first_row + t, rows - 1), loaded_depth[0]
+            decays[t], betas[t] = loaded[loaded_per_thread - 2], loaded[loaded_per_thread - 1]
+            parents[t] = r - 1 if depth == r else (path_slots[r, depth - 1] if depth > 0 else -1)
 
     @cuda.jit(device=True)
     def column_total(chain):
@@ -316,12 +326,17 @@ def scan_kernel(dk, lanes=False):
         parents = cuda.shared.array(ROWS_STAGED, np.int32)
         start = states[lane, h, c::SUM_CHAINS, j]  # the chain's elements of the column, in the state it starts from
         load_chain(start, col, chain_length)
+        loaded = cuda.local.array(loaded_per_thread, np.float32)  # the next tile's inputs, on their way
+        loaded_depth = cuda.local.array(1, np.int32)
+        first_column = cuda.blockIdx.x * COLUMNS
+        load_tile(k, q, v, decay, beta, depths, g, h, row0, rows, first_column, 0, loaded, loaded_depth)
         for first_row in range(0, rows, ROWS_STAGED):  # the same tiles and rows in every thread: all reach each barrier
-            cuda.syncthreads()  # every thread is done with the last tile's keys and queries
-            stage_tile(k, q, g, row0, rows, first_row, keys, queries)
-            stage_rows(v, decay, beta, depths, path_slots, h, row0, rows, cuda.blockIdx.x * COLUMNS, first_row, values,
-                       decays, betas, parents)
+            cuda.syncthreads()  # every thread is done with the last tile
+            store_tile(loaded, loaded_depth, path_slots, rows, first_row, keys, queries, values, decays, betas, parents)
             cuda.syncthreads()
+            if first_row + ROWS_STAGED < rows:  # the next tile's loads, in flight while this tile's rows run
+                load_tile(k, q, v, decay, beta, depths, g, h, row0, rows, first_column, first_row + ROWS_STAGED,
+                          loaded, loaded_depth)
             for u in range(min(ROWS_STAGED, rows - first_row)):
                 r = first_row + u
                 if parents[u] != r - 1:  # a tree row that does not follow the row before: rebuild its parent's state
