@@ -39,6 +39,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def cached_device_memory_returned(request):
+    """Under --gpu, after each test: the blocks this worker's device memory pool keeps for reuse go back to the
+    driver. The workers share one GPU, and what one worker's pool keeps the others cannot have."""
+    yield
+    if request.config.getoption("--gpu"):
+        import gc
+
+        from tensorfold.device import pool
+        gc.collect()  # arrays held only by reference cycles go back to the pool first
+        pool.release_cached()
+
+
 @pytest.fixture(scope="session")
 def on_gpu(request):
     """True under --gpu (kernels on the GPU at real shapes), False in the simulator (tiny shapes)."""

@@ -1,18 +1,21 @@
-"""`tensorfold bench gemm` on the CPU (the twin), and the copies that keep a GPU's timed weights out of its cache."""
+"""`tensorfold bench gemm` on the CPU (the twin) or under --gpu the kernels, and the copies that keep a GPU's timed
+weights out of its cache."""
 import json
 
 from tensorfold.cli.bench.gemm import weight_copies
 from tensorfold.cli.main import main
 
 
-def test_bench_gemm_times_every_projection_on_the_cpu(tmp_path):
+def test_bench_gemm_times_every_projection(tmp_path, on_gpu):
     out = tmp_path / "gemm.json"
-    assert main(["bench", "gemm", "--config", "tiny", "--rows", "1,3", "--repeats", "1", "--json", str(out)]) == 0
+    small = ["--cold-mib", "0", "--copy-mib", "64"]  # on a GPU: one copy of each weight, a small bandwidth bar
+    args = ["bench", "gemm", "--config", "tiny", "--rows", "1,3", "--repeats", "1", *small, "--json", str(out)]
+    assert main(args) == 0
     results = json.loads(out.read_text())
-    assert not results["gpu"]
+    assert results["gpu"] == on_gpu
     shapes = results["shapes"]
     assert [s["rows"] for s in shapes] == [1, 3] * (len(shapes) // 2) and shapes[-1]["projection"] == "lm_head"
-    assert all(s["copies"] == 1 and s["seconds"] > 0 for s in shapes)  # the twin reads one weight, once
+    assert all(s["copies"] == 1 and s["seconds"] > 0 for s in shapes)  # one weight, once: the twin's, or --cold-mib 0
 
 
 def test_weight_copies_fill_the_bytes_asked_for():

@@ -1,4 +1,5 @@
-"""`tensorfold bench scan` on the CPU (the twin): a window of each row count timed, and bad row counts refused."""
+"""`tensorfold bench scan` on the CPU (the twin), or under --gpu the kernel: a window of each row count timed, and
+bad row counts refused."""
 import json
 
 from tensorfold.cli.bench.checkpoint import bench_config
@@ -6,11 +7,11 @@ from tensorfold.cli.bench.scan import scan_inputs
 from tensorfold.cli.main import main
 
 
-def test_bench_scan_times_each_window_on_the_cpu(tmp_path):
+def test_bench_scan_times_each_window(tmp_path, on_gpu):
     out = tmp_path / "scan.json"
     assert main(["bench", "scan", "--config", "tiny", "--rows", "1,5", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
-    assert not results["gpu"] and [w["rows"] for w in results["windows"]] == [1, 5]
+    assert results["gpu"] == on_gpu and [w["rows"] for w in results["windows"]] == [1, 5]
     assert all(w["seconds"] > 0 and w["seconds_per_row"] == w["seconds"] / w["rows"] for w in results["windows"])
 
 

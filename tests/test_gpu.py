@@ -53,7 +53,7 @@ def test_qwen35_08b_shapes_in_mlx4_cuda_equals_numpy(tmp_path_factory):
 POOL_CHECK = """
 import sys
 from tensorfold.backends import CudaBackend
-from tensorfold.device.pool import size_class
+from tensorfold.device.pool import release_cached, size_class
 backend = CudaBackend()
 manager = backend.cuda.current_context().memory_manager
 print(backend.pooled, type(manager).__name__)
@@ -68,14 +68,20 @@ if backend.pooled:
         arrays = [backend.zeros((n,)) for n in (10, 1000, 5000, 70000)]
         del arrays
     assert manager.held == held + sum(size_class(4 * n) for n in (10, 1000, 5000, 70000)), manager.held - held
+    before = manager.held
+    kept = backend.zeros((1000,))  # takes a cached block: a live array's block stays with it
+    returned = release_cached()  # every cached block back to the driver
+    assert not any(manager.free.values()) and returned == before - manager.held > 0, (returned, manager.held)
+    assert returned >= sum(size_class(4 * n) for n in (10, 5000, 70000)), returned
+    assert (kept.copy_to_host() == 0).all()
 """
 
 
 @pytest.mark.parametrize("switch, pooled", [("1", "True CachingMemoryManager"), ("0", "False NumbaCUDAMemoryManager")])
 def test_device_pool_reuses_blocks_and_has_a_switch(switch, pooled):
     """A fresh process (the pool must come before the CUDA context): freed blocks come back, repeated rounds take
-    nothing more from the driver; TENSORFOLD_DEVICE_POOL=0 leaves numba's manager (the control: it is a real
-    switch, so the first case's checks ran on the pool)."""
+    nothing more from the driver, `release_cached` returns the cached blocks; TENSORFOLD_DEVICE_POOL=0 leaves
+    numba's manager (the control: it is a real switch, so the first case's checks ran on the pool)."""
     import os
     import subprocess
     import sys

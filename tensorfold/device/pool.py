@@ -32,8 +32,11 @@ def size_class(size: int) -> int:
 class CachingMemoryManager(cuda_driver.GetIpcHandleMixin, cuda_driver.HostOnlyCUDAMemoryManager):
     """numba's device memory manager with a free list per size class instead of `cuMemFree`."""
 
+    instances = weakref.WeakSet()  # this process's managers (numba makes one a context), for `release_cached`
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        CachingMemoryManager.instances.add(self)
         self.free = collections.defaultdict(list)  # size class -> device pointers ready to hand out
         self.held = 0  # bytes allocated from the driver and not returned to it
 
@@ -93,6 +96,18 @@ class CachingMemoryManager(cuda_driver.GetIpcHandleMixin, cuda_driver.HostOnlyCU
     @property
     def interface_version(self):
         return 1
+
+
+def release_cached() -> int:
+    """Return the blocks every pool of this process holds for reuse to the driver; the bytes returned. Processes
+    that share a GPU (test workers) otherwise keep memory the others cannot have: a pool gives its blocks back
+    only when its own allocation fails."""
+    returned = 0
+    for manager in list(CachingMemoryManager.instances):
+        held = manager.held
+        manager.release()
+        returned += held - manager.held
+    return returned
 
 
 def install() -> bool:
