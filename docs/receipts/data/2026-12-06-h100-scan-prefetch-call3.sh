@@ -1,0 +1,2 @@
+# Call 3: the overlap branch's lane, exactness and lane-round files alone, 8 workers (the command as run, after the wheels' install line).
+V=$PWD/.scratch/v8/overlap; ln -sfn $PWD/tensorfold/models/tiny-shakespeare $V/tensorfold/models/tiny-shakespeare; cd $V && TENSORFOLD_GRAPHS=1 PYTHONPATH=/tmp/site:$V timeout 250 python3 -m pytest --gpu -n 8 --timeout 200 -q -rfE -p no:cacheprovider tests/test_lanes.py tests/test_exactness.py tests/test_gpu_lanes.py 2>&1 | grep -v -i warn | tee $OUT/overlap-lanes.txt | grep -E "FAILED|ERROR|passed|failed|OUT_OF" | cut -c1-250 | tail -30
