@@ -15,7 +15,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a real GPU; runs only with --gpu (skipped, with its reason, without)")
+    config.addinivalue_line("markers",
+                            "gpu: needs a real GPU; runs only with --gpu (skipped, with its reason, without)")
     if not config.getoption("--gpu"):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         return
