@@ -226,7 +226,7 @@ def scan_kernel(dk, lanes=False):
     """The scan kernel for key heads of dk (a constant of the closure, so the loops over a chain's elements have a
     fixed count and `col`, `keys` and `queries` fixed sizes). A block is COLUMNS columns of one value head
     (blockIdx.y), SUM_CHAINS threads a column. The rows go a tile of ROWS_STAGED at a time: the block stages the
-    tile's keys and queries, which every column of the head reads, in shared memory together (`stage_tile`), so the
+    tile's keys and queries, which every column of the head reads, in shared memory together (`store_tile`), so the
     two sums read them there instead of each thread loading them from global memory, and the tile's barriers come
     once a tile instead of once a row. With `lanes`, the kernel of `deltanet_scan_lanes_launch`: blockIdx.z is a
     window of one row, whose state is its lane's row of a pool, written over it (`scan_window` is the same).
