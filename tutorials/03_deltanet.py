@@ -85,7 +85,7 @@ show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
             ("decayed = state", "a = decays[u]"),
             ("deltas[r] = ", "delta = (values[u, column]"),
             ("state = fma_rn_twin(k[r]", "# write, then output"),
-            ("return out, state", "if cuda.blockIdx.x == (row0 + r)")])
+            ("return out, state", "if cuda.blockIdx.x == logger")])
 
 # %%
 # The gates

@@ -233,9 +233,10 @@ def scan_kernel(dk, lanes=False):
 
     A thread reads its chain of the state and of a logged key through a view (`state[h, c::SUM_CHAINS, j]`), and the
     staged keys and queries by chain (`keys[u, c, m]`), so that in the unrolled loops each element is at a fixed
-    offset from one address. Each thread loads the next tile's inputs into its registers before the rows of this
-    tile run, and stores them in shared memory after them (`load_tile`, `store_tile`), so that their loads wait on
-    memory while the rows run, not between tiles."""
+    offset from one address; it writes its column's deltas and outputs through views too (`log_delta[:, h, j]`), each
+    row's address one multiply-add from the view's. Each thread loads the next tile's inputs into its registers before
+    the rows of this tile run, and stores them in shared memory after them (`load_tile`, `store_tile`), so that their
+    loads wait on memory while the rows run, not between tiles."""
     per_chain = -(-dk // SUM_CHAINS)  # the elements of a column that one chain (one thread) holds
     whole = dk % SUM_CHAINS == 0  # every chain holds per_chain elements: the compiler drops the `m < ...` tests
     staged_per_thread = -(-ROWS_STAGED * dk // SCAN_THREADS)  # a tile's key (and query) values each thread stages
@@ -309,7 +310,8 @@ def scan_kernel(dk, lanes=False):
                     log_delta, log_key):
         """The block's columns of one window: rows row0 .. row0 + rows - 1 of the round's arrays, from the state
         states[lane] to new_states[lane] (which may be the same array). Rows and lanes are offsets, not views of the
-        arrays: views made in the kernel cost the compiler registers (a block a multiprocessor fewer)."""
+        arrays: views of the window's rows cost the compiler registers (a block a multiprocessor fewer), where a
+        thread's views of one column (one stride) cost it none."""
         h, t = cuda.blockIdx.y, cuda.threadIdx.x
         column, c = t // SUM_CHAINS, t % SUM_CHAINS  # the thread's column in the block and its chain
         nv, dv = states.shape[1], states.shape[3]
@@ -329,6 +331,8 @@ def scan_kernel(dk, lanes=False):
         loaded = cuda.local.array(loaded_per_thread, np.float32)  # the next tile's inputs, on their way
         loaded_depth = cuda.local.array(1, np.int32)
         first_column = cuda.blockIdx.x * COLUMNS
+        deltas_of_column, outputs_of_column = log_delta[:, h, j], out[:, h, j]
+        logger = row0 % cuda.gridDim.x  # the block of the head that logs this row's decay and key: they take turns
         load_tile(k, q, v, decay, beta, depths, g, h, row0, rows, first_column, 0, loaded, loaded_depth)
         for first_row in range(0, rows, ROWS_STAGED):  # the same tiles and rows in every thread: all reach each barrier
             cuda.syncthreads()  # every thread is done with the last tile
@@ -344,7 +348,7 @@ def scan_kernel(dk, lanes=False):
                     for d in range(depths[r]):  # its path's logged rows, root first: decay, then write
                         ancestor = row0 + path_slots[r, d]  # its delta logged by this thread, maybe earlier
                         ancestor_key = k[ancestor, g, c::SUM_CHAINS]
-                        delta, a = log_delta[ancestor, h, j], decay[ancestor, h]
+                        delta, a = deltas_of_column[ancestor], decay[ancestor, h]
                         for m in range(per_chain):
                             if whole or m < chain_length:
                                 col[m] = fma_rn(ancestor_key[m], delta, col[m] * a)
@@ -362,14 +366,15 @@ def scan_kernel(dk, lanes=False):
                         chain = fma_rn(col[m], queries[u, c, m], chain)
                 o = column_total(chain)
                 if live:
-                    log_delta[row0 + r, h, j] = delta  # at once, by each chain's thread: a later rebuild reads it
+                    deltas_of_column[row0 + r] = delta  # at once, by each chain's thread: a later rebuild reads it
                     if c == 0:
-                        out[row0 + r, h, j] = o
-                if cuda.blockIdx.x == (row0 + r) % cuda.gridDim.x:  # the head's blocks take turns logging rows
+                        outputs_of_column[row0 + r] = o
+                if cuda.blockIdx.x == logger:
                     if t == 0:
                         log_decay[row0 + r, h] = a
                     for n in range(t, dk, SCAN_THREADS):  # the head's key, which every block of the head staged
                         log_key[row0 + r, h, n] = keys[u, n % SUM_CHAINS, n // SUM_CHAINS]
+                logger = logger + 1 if logger + 1 < cuda.gridDim.x else 0  # a count, not a 64-bit remainder a row
         if live:
             end = new_states[lane, h, c::SUM_CHAINS, j]
             for m in range(per_chain):
