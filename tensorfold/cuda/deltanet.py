@@ -374,7 +374,8 @@ def scan_kernel(dk, lanes=False):
                         log_decay[row0 + r, h] = a
                     for n in range(t, dk, SCAN_THREADS):  # the head's key, which every block of the head staged
                         log_key[row0 + r, h, n] = keys[u, n % SUM_CHAINS, n // SUM_CHAINS]
-                logger = logger + 1 if logger + 1 < cuda.gridDim.x else 0  # a count, not a 64-bit remainder a row
+                # the next row's logger, counted: a remainder every row would cost every thread dozens of instructions
+                logger = logger + 1 if logger + 1 < cuda.gridDim.x else 0
         if live:
             end = new_states[lane, h, c::SUM_CHAINS, j]
             for m in range(per_chain):
