@@ -29,8 +29,18 @@ to the capture), puts window n's launches on side stream n, and joins every side
 on each, waited on by the recording stream) before the round goes on. The replay then runs those branches
 concurrently. Each branch's launches are the eager round's, in its order, on buffers no other branch touches, so
 the bits are the same. Outside a recording, and under the simulator, lanes change nothing.
+
+Overlapped launches (TENSORFOLD_OVERLAP=1, off by default). Between two kernels of a chain the GPU first finishes the
+one (its last blocks exit, its writes are flushed), then launches the next (its grid is set up, its blocks placed and
+started). `overlap_launches` makes every edge from a kernel to a kernel of a captured graph *programmatic* (CUDA's
+programmatic dependent launch): the next kernel is launched as the blocks of the one before exit, and each of its
+threads waits in its first instruction (launch.inputs_ready, PTX `griddepcontrol.wait`) until that kernel has
+completed and its writes are visible. The launch overlaps the completion; no kernel's work overlaps another's, so the
+bits are the chain's. Only kernels compiled behind that wait (launch.py, with the switch on) may start early, so a
+graph that holds any other kernel keeps its plain edges.
 """
 import contextlib
+import os
 import weakref
 
 from tensorfold.device import SIMULATED
@@ -40,6 +50,7 @@ if not SIMULATED:
     from cuda.bindings import driver as cu
 
 _open = None  # the Recording in progress, if any (the engine records on its own thread, one round at a time)
+OVERLAP = os.environ.get("TENSORFOLD_OVERLAP", "0") == "1"  # read when the kernels are compiled (launch.kernel)
 
 
 class CaptureError(TensorfoldError):
@@ -65,6 +76,35 @@ def _check(result):
     return values[0] if len(values) == 1 else values
 
 
+def _edge_call(name):
+    """A driver call that takes or gives edge data: `cuGraphGetEdges_v2` and its kin in cuda-bindings 12, the same
+    names without `_v2` in 13."""
+    return getattr(cu, name + "_v2", None) or getattr(cu, name)
+
+
+def overlap_launches(graph, waiting_kernels: int) -> int:
+    """Make every edge from a kernel to a kernel of `graph` programmatic (see "Overlapped launches" above) when all
+    its kernel nodes are the `waiting_kernels` launches recorded behind `inputs_ready`; a graph with any other kernel
+    is left as it is. Returns the count of edges made programmatic."""
+    kernel = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+    nodes = _check(cu.cuGraphGetNodes(graph, _check(cu.cuGraphGetNodes(graph, 0))[-1]))[0]
+    if sum(_check(cu.cuGraphNodeGetType(node)) == kernel for node in nodes) != waiting_kernels:
+        return 0
+    count = _check(_edge_call("cuGraphGetEdges")(graph, 0))[-1]
+    sources, targets, data, count = _check(_edge_call("cuGraphGetEdges")(graph, count))
+    chosen = [(a, b, d) for a, b, d in zip(sources, targets, data)
+              if _check(cu.cuGraphNodeGetType(a)) == kernel and _check(cu.cuGraphNodeGetType(b)) == kernel]
+    if not chosen:
+        return 0
+    sources, targets, data = (list(column) for column in zip(*chosen))
+    _check(_edge_call("cuGraphRemoveDependencies")(graph, sources, targets, data, len(chosen)))
+    programmatic = cu.CUgraphEdgeData()
+    programmatic.from_port = cu.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC  # no kernel signals early: as its blocks exit
+    programmatic.type = cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    _check(_edge_call("cuGraphAddDependencies")(graph, sources, targets, [programmatic] * len(chosen), len(chosen)))
+    return len(chosen)
+
+
 class Recording:
     """`with Recording(stream) as r:` records the kernel launches issued inside; then `r.graph` replays them."""
 
@@ -73,6 +113,7 @@ class Recording:
         self.held = []  # every launch's arguments (and the lanes' events): kept alive with the graph
         self.launches = []  # the simulator's record: (kernel, launch configuration, arguments)
         self.forks = 0  # sets of lanes recorded side by side (`Lanes`)
+        self.waiting_kernels = 0  # launches of kernels compiled behind launch.inputs_ready
         self.graph = None
 
     def __enter__(self):
@@ -96,14 +137,17 @@ class Recording:
         if error is not None:
             _check(cu.cuGraphDestroy(captured))
             return False
+        overlapped = overlap_launches(captured, self.waiting_kernels) if self.waiting_kernels else 0
         executable = _check(cu.cuGraphInstantiate(captured, 0))
         self.graph = Graph(self.stream, self.held, self.launches, captured, executable)
-        self.graph.forks = self.forks
+        self.graph.forks, self.graph.overlapped = self.forks, overlapped
         return False
 
-    def take(self, kernel, configuration, arguments) -> bool:
-        """Note a launch; True when the caller must not launch it itself (the simulator records it instead)."""
+    def take(self, kernel, configuration, arguments, waits=False) -> bool:
+        """Note a launch (`waits`: of a kernel behind launch.inputs_ready); True when the caller must not launch it
+        itself (the simulator records it instead)."""
         self.held.append(arguments)
+        self.waiting_kernels += waits
         if SIMULATED:
             self.launches.append((kernel, configuration, arguments))
             return True
@@ -161,6 +205,7 @@ class Graph:
     def __init__(self, stream, held, launches, captured=None, executable=None):
         self.stream, self.held, self.launches = stream, held, launches
         self.forks = 0  # sets of lanes recorded side by side
+        self.overlapped = 0  # edges from a kernel to a kernel made programmatic (`overlap_launches`)
         self.executable = executable
         self.done = None  # an event recorded after each replay on the GPU, which `wait` waits for
         if executable is not None:

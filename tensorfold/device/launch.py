@@ -17,9 +17,14 @@ Anything else (a host NumPy array handed to a kernel, an argument type seen for 
 
 Every launch also reports to an open CUDA graph recording (graphs.py), which keeps its arguments alive, and in the
 simulator records the launch instead of running it.
+
+With TENSORFOLD_OVERLAP=1 (graphs.OVERLAP) every kernel first waits for the kernels before it (`waiting`,
+`inputs_ready`), so that a recorded graph may launch it before they have finished (graphs.py, "overlapped
+launches"). Off, the kernels are compiled as written.
 """
 import ctypes
 import functools
+import inspect
 import os
 
 from numba import cuda
@@ -28,9 +33,27 @@ from tensorfold.device import SIMULATED, graphs, simulator
 
 if not SIMULATED:
     import cuda.core as core  # the launch API numba's dispatcher calls
+    from llvmlite import ir
+    from numba.cuda import types
     from numba.cuda.cudadrv import driver
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def inputs_ready(typingctx):
+        """Wait until the kernels this one depends on have completed and their writes are visible (PTX
+        `griddepcontrol.wait`, compute capability 9.0; the `memory` clobber keeps every access after it). Outside a
+        graph whose edges are programmatic it returns at once."""
+        def codegen(context, builder, signature, args):
+            wait = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "griddepcontrol.wait;", "~{memory}",
+                                side_effect=True)
+            builder.call(wait, ())
+        return types.void(), codegen
 else:
     simulator.install()  # the simulator's block scheduler, waiting without holding the interpreter lock
+
+    @cuda.jit(device=True)
+    def inputs_ready():
+        """The simulator's form: the kernel before has finished (it runs one kernel at a time)."""
 
 
 def array_layout(array):
@@ -76,11 +99,11 @@ class CachedLaunch:
     """A `@cuda.jit` kernel launched through a per-layout cache (see the module's docstring), or always through
     numba when not `cached`."""
 
-    def __init__(self, dispatcher, cached=True):
-        self.dispatcher, self.cached = dispatcher, cached
-        self.py_func = dispatcher.py_func  # the twins call kernels' device functions through py_func
+    def __init__(self, dispatcher, cached=True, waits=False, py_func=None):
+        self.dispatcher, self.cached, self.waits = dispatcher, cached, waits  # waits: behind `inputs_ready`
+        self.py_func = py_func or dispatcher.py_func  # the kernel as written: the twins call its device functions
         self.compiled = {}  # layout keys -> (cuda.core kernel, argument packers)
-        functools.update_wrapper(self, dispatcher.py_func)
+        functools.update_wrapper(self, self.py_func)
 
     def __getitem__(self, config):
         grid, block, stream, shared = (tuple(config) + (0, 0))[:4]
@@ -88,7 +111,7 @@ class CachedLaunch:
 
     def launch(self, grid, block, stream, shared, *args):
         recording = graphs.recording()
-        if recording is not None and recording.take(self.dispatcher, (grid, block, stream, shared), args):
+        if recording is not None and recording.take(self.dispatcher, (grid, block, stream, shared), args, self.waits):
             return
         if not self.cached:
             self.dispatcher[grid, block, stream, shared](*args)
@@ -120,9 +143,23 @@ class CachedLaunch:
         return getattr(self.dispatcher, name)
 
 
+def waiting(function):
+    """The kernel `function` behind `inputs_ready()`: a function of the same parameters that waits, then runs
+    `function` as a device function (which the compiler inlines). Written out as source because a kernel's
+    parameters must be named: numba takes no `*args` in a kernel."""
+    body = cuda.jit(device=True)(function)
+    names = ", ".join(inspect.signature(function).parameters)
+    namespace = {"inputs_ready": inputs_ready, "body": body}
+    exec(f"def {function.__name__}({names}):\n    inputs_ready()\n    body({names})\n", namespace)
+    return namespace[function.__name__]
+
+
 def kernel(function):
     """`@cuda.jit` for a kernel, launched through CachedLaunch: cached on a GPU; through numba's own dispatcher under
-    the simulator or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves)."""
+    the simulator or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves). With
+    graphs.OVERLAP the kernel first waits for the kernels before it (`waiting`)."""
     cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
-    return CachedLaunch(cuda.jit(function), cached)
+    if not graphs.OVERLAP:
+        return CachedLaunch(cuda.jit(function), cached)
+    return CachedLaunch(cuda.jit(waiting(function)), cached, waits=True, py_func=function)
 

@@ -246,6 +246,7 @@ def environment(backend) -> dict:
             "compute_capability": ".".join(map(str, device.compute_capability)), "device_pool": backend.pooled,
             "graphs": os.environ.get("TENSORFOLD_GRAPHS", "1") != "0",
             "cached_launch": os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0",
+            "overlapped_launches": os.environ.get("TENSORFOLD_OVERLAP", "0") == "1",
             "versions": versions}
 
 

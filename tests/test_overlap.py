@@ -1,0 +1,68 @@
+"""Overlapped launches (TENSORFOLD_OVERLAP=1, tensorfold/device/graphs.py): every kernel compiled behind a wait for the
+kernels before it (launch.waiting), and a recorded graph whose kernel-to-kernel edges are then programmatic.
+
+The wait must change no bit, and a graph may start a kernel early only where every kernel in it waits. The whole
+suite with the switch on (`TENSORFOLD_OVERLAP=1 pytest --gpu`) checks every kernel behind the wait; these tests check
+the mechanism, in the simulator and on a GPU, with planted controls: a kernel compiled as written is neither counted
+nor, on a GPU, given a programmatic edge.
+"""
+import numpy as np
+import pytest
+from numba import cuda
+
+from tensorfold.device import graphs, launch
+
+
+def scale_add(x, y, out):
+    """out = 2 x + y, one thread an element."""
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = np.float32(2.0) * x[i] + y[i]
+
+
+def compiled(overlap: bool, monkeypatch):
+    """scale_add through launch.kernel, with the switch as given."""
+    monkeypatch.setattr(graphs, "OVERLAP", overlap)
+    return launch.kernel(scale_add)
+
+
+def test_a_waiting_kernel_computes_what_it_wraps_and_is_counted(monkeypatch):
+    """The waiting form gives the plain kernel's bits, keeps the kernel as written as its py_func, and a recording
+    counts its launches as waiting ones. Control: the plain kernel's launch is not counted."""
+    plain, waiting = compiled(False, monkeypatch), compiled(True, monkeypatch)
+    assert (plain.waits, waiting.waits) == (False, True) and waiting.py_func is scale_add
+    rng = np.random.default_rng(0)
+    x, y = (cuda.to_device(rng.normal(size=300).astype(np.float32)) for _ in range(2))
+    outs = {}
+    for name, kernel in (("plain", plain), ("waiting", waiting)):
+        outs[name] = cuda.device_array(300, np.float32)
+        kernel[2, 256](x, y, outs[name])
+    assert outs["waiting"].copy_to_host().tobytes() == outs["plain"].copy_to_host().tobytes()
+    stream = cuda.stream()
+    for kernel, counted in ((waiting, 1), (plain, 0)):
+        with graphs.Recording(stream) as recording:
+            kernel[2, 256, stream](x, y, outs["plain"])
+        assert recording.waiting_kernels == counted
+
+
+@pytest.mark.gpu
+def test_overlapped_edges_only_where_every_kernel_waits(monkeypatch):
+    """On a GPU a recorded chain of waiting kernels gets a programmatic edge and computes what the chain does.
+    Control: a graph that also holds a kernel compiled as written keeps its plain edges."""
+    plain, waiting = compiled(False, monkeypatch), compiled(True, monkeypatch)
+    stream = cuda.stream()
+    x = cuda.to_device(np.arange(1, 1025, dtype=np.float32), stream=stream)
+    y, z = (cuda.device_array(1024, np.float32, stream=stream) for _ in range(2))
+    for kernel in (plain, waiting):  # compiled before the recordings
+        kernel[4, 256, stream](x, x, y)
+    with graphs.Recording(stream) as chain:
+        waiting[4, 256, stream](x, x, y)  # y = 3 x
+        waiting[4, 256, stream](y, x, z)  # z = 2 y + x = 7 x
+    assert chain.graph.overlapped == 1
+    chain.graph.replay()
+    chain.graph.wait()
+    assert np.array_equal(z.copy_to_host(), 7 * np.arange(1, 1025, dtype=np.float32))
+    with graphs.Recording(stream) as mixed:
+        waiting[4, 256, stream](x, x, y)
+        plain[4, 256, stream](y, x, z)
+    assert mixed.graph.overlapped == 0
