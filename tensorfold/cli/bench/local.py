@@ -228,6 +228,7 @@ def version(distribution: str) -> str | None:
 
 def environment(backend) -> dict:
     """The card and the software versions."""
+    from tensorfold.device import graphs
     from tensorfold.serve.memory import on_gpu
     versions = {"python": platform.python_version()}
     versions.update({name: version(name) for name in ("numpy", "numba", "numba-cuda", "torch", "transformers")})
@@ -246,7 +247,7 @@ def environment(backend) -> dict:
             "compute_capability": ".".join(map(str, device.compute_capability)), "device_pool": backend.pooled,
             "graphs": os.environ.get("TENSORFOLD_GRAPHS", "1") != "0",
             "cached_launch": os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0",
-            "overlapped_launches": os.environ.get("TENSORFOLD_OVERLAP", "0") == "1",
+            "overlapped_launches": graphs.OVERLAP,  # what the kernels were compiled with
             "versions": versions}
 
 
