@@ -15,11 +15,10 @@
 
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
 cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
-words, and `mma_s8u8` has every lane put its registers in the block's shared memory (a slot a lane), waits for its
-warp's other lanes (`simulator.warp_barrier`: the block's other warps go on), computes its own four accumulators
-from the whole warp's registers (the fragments unpacked into A and B by the index tables below, and multiplied as
-int64 NumPy matrices: exact, so the same integers), and waits again before the slots can be reused; `shfl_xor` the
-same way, a value a lane. All 32 lanes of a warp must call them together, as on the GPU.
+words, and `mma_s8u8` has every lane give its registers to its warp (`simulator.warp_share`: one meeting of the
+warp's lanes, the block's other warps going on) and compute its own four accumulators from the whole warp's registers
+(the fragments unpacked into A and B by the index tables below, and multiplied as int64 NumPy matrices: exact, so the
+same integers); `shfl_xor` the same way, a value a lane. All 32 lanes of a warp must call them together, as on the GPU.
 """
 import numpy as np
 from numba import cuda
@@ -27,7 +26,6 @@ from numba import cuda
 from tensorfold.device import SIMULATED, simulator
 
 FULL_WARP = 0xFFFFFFFF  # shfl_xor's lanes: the whole warp
-MAX_WARPS = 8  # warps a block of a kernel that calls mma_s8u8 or shfl_xor under the simulator may have (its slots)
 
 if not SIMULATED:
     from llvmlite import ir
@@ -91,18 +89,13 @@ else:
 
     @cuda.jit(device=True)
     def mma_s8u8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        """The simulator's form: the warp's registers exchanged through shared memory (see the docstring)."""
-        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
-        slots = cuda.shared.array((MAX_WARPS, 32, 6), np.uint32)
-        for i, word in enumerate((a0, a1, a2, a3, b0, b1)):
-            slots[warp, lane, i] = np.uint32(word)
-        simulator.warp_barrier()
-        words = np.array(slots[warp], np.int64)
+        """The simulator's form: the warp's registers exchanged (`simulator.warp_share`; see the docstring)."""
+        lane = cuda.threadIdx.x % 32
+        words = np.array(simulator.warp_share((a0, a1, a2, a3, b0, b1)), np.int64)  # [lane, register]
         a = (words[A_LANE, A_REGISTER] >> SHIFT[None, :]) & 255
         a = np.where(a > 127, a - 256, a)  # signed bytes
         b = (words[B_LANE, B_REGISTER] >> SHIFT[:, None]) & 255  # unsigned bytes
         product = a @ b  # [16, 8], exact in int64
-        simulator.warp_barrier()  # every lane has read the slots before any lane writes its next registers
         g, t = lane >> 2, lane % 4
         sums = [int(c) + int(product[g + 8 * (i >> 1), 2 * t + (i & 1)]) for i, c in enumerate((c0, c1, c2, c3))]
         return np.int32(sums[0]), np.int32(sums[1]), np.int32(sums[2]), np.int32(sums[3])
@@ -121,17 +114,5 @@ else:
 
     @cuda.jit(device=True)
     def shfl_xor(value, mask, lanes):
-        """The simulator's form (every lane of the warp takes part; `lanes` names them): each lane's value put in the
-        block's shared memory (a slot a lane: float64 for a float, int64 for an integer, both exact for the values
-        the kernels trade), read by its partner after the warp has met, the slots free again once it has met a
-        second time."""
-        warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
-        if isinstance(value, (float, np.floating)):
-            slots = cuda.shared.array((MAX_WARPS, 32), np.float64)
-        else:
-            slots = cuda.shared.array((MAX_WARPS, 32), np.int64)
-        slots[warp, lane] = value
-        simulator.warp_barrier()
-        other = slots[warp, lane ^ mask]
-        simulator.warp_barrier()
-        return type(value)(other)
+        """The simulator's form (every lane of the warp takes part; `lanes` names them): the value its partner gave."""
+        return simulator.warp_share(value)[cuda.threadIdx.x % 32 ^ mask]

@@ -1,4 +1,5 @@
-"""A patient block scheduler for numba's CUDA simulator, which runs every kernel of the CPU tests.
+"""What the CPU tests need of numba's CUDA simulator, which runs every kernel of theirs: a patient block scheduler,
+shared arrays found cheaply, one warp's exchange, and new device arrays that show what a kernel left unwritten.
 
 The simulator runs a block's threads as Python threads. Its scheduler (`BlockManager.run`) waits for them in a loop
 that checks every thread's state again and again without pausing: while it spins it holds the interpreter lock, so
@@ -7,13 +8,19 @@ that loop with one that makes the same decisions (release the block when every l
 stop every thread when one raised, end when none is alive) and sleeps POLL seconds between checks while some
 thread still runs. What a kernel computes, and where its threads meet, does not change; only the waiting does.
 
-`warp_barrier` adds what the simulator lacks: a meeting of one warp's threads alone, as an instruction that takes the
-whole warp (mma.sync) makes them meet on a GPU, so that warps whose work differs need not meet each other.
+`shared_array` finds a block's shared array by the line that asks for it, as the simulator's `cuda.shared.array`
+does, but from the calling frame alone: the simulator's extracts the whole stack with its source lines, in every thread
+at every call.
+
+`warp_share` adds what the simulator lacks: an exchange among one warp's threads alone, as an instruction that takes
+the whole warp (mma.sync, shfl.sync) makes them meet on a GPU, so that warps whose work differs need not meet each
+other. Each lane gives a value and gets every lane's, after one meeting of the warp.
 
 `unset_device_array` fills a new device array with what no kernel writes by accident (NaNs, -1, the largest
 unsigned value), where the simulator's holds whatever its memory held before: often a freed array's values, even
 the very values a check expects, so that an output a kernel left unwritten could pass.
 """
+import sys
 import threading
 import time
 
@@ -33,8 +40,8 @@ def run_block(manager, grid_point, *args) -> None:
     while live:
         failed = next((t for t in live if not t.syncthreads_blocked and t.exception), None)
         if failed is not None:  # stop every thread, then raise the first error seen
-            for barrier in getattr(manager, "warp_barriers", {}).values():
-                barrier.abort()
+            for warp in getattr(manager, "warps", {}).values():
+                warp[0].abort()
             for thread in threads:
                 thread.abort, thread.syncthreads_blocked = True, False
                 thread.syncthreads_event.set()
@@ -51,20 +58,30 @@ def run_block(manager, grid_point, *args) -> None:
             raise thread.exception[0].with_traceback(thread.exception[1])
 
 
-_barriers_made = threading.Lock()
+_warps_made = threading.Lock()
 
 
-def warp_barrier() -> None:
-    """Wait until every thread of the calling thread's warp (its block's thread ids 32 w .. 32 w + 31) arrives."""
+def warp_share(value) -> list:
+    """Every lane's `value` (a list, indexed by lane) once every thread of the calling thread's warp (its block's
+    thread ids 32 w .. 32 w + 31) has given its own: one meeting of the warp. A warp has two lists and uses them in
+    turn, so a lane may give its next value while another still reads this list: the list is written again only after
+    the warp's next meeting, which every lane reaches after it has read this one."""
     thread = threading.current_thread()
-    manager, warp = thread._manager, thread.thread_id // 32
-    with _barriers_made:
-        barriers = manager.__dict__.setdefault("warp_barriers", {})
-        key = (tuple(thread.blockIdx), warp)
-        if key not in barriers:
-            threads = int(np.prod(manager._block_dim))
-            barriers[key] = threading.Barrier(min(32, threads - 32 * warp))
-    barriers[key].wait()
+    manager, key = thread._manager, (tuple(thread.blockIdx), thread.thread_id // 32)
+    warp = manager.__dict__.get("warps", {}).get(key)
+    if warp is None:  # the warp's first exchange: its barrier and lists made once, under the lock
+        with _warps_made:
+            warps = manager.__dict__.setdefault("warps", {})
+            if key not in warps:
+                threads = int(np.prod(manager._block_dim))
+                warps[key] = (threading.Barrier(min(32, threads - 32 * key[1])), [None] * 32, [None] * 32)
+            warp = warps[key]
+    turn = getattr(thread, "warp_turn", 0)  # which list: every lane of the warp has made as many exchanges
+    thread.warp_turn = 1 - turn
+    shelf = warp[1 + turn]
+    shelf[thread.thread_id % 32] = value
+    warp[0].wait()
+    return shelf
 
 
 def unset_device_array(device_array):
@@ -80,10 +97,34 @@ def unset_device_array(device_array):
     return make
 
 
+def shared_array(shared, shape, dtype, alignment=None):
+    """The simulator's `cuda.shared.array` (`FakeCUDAShared.array`): one array a block for each line that asks for one
+    (source file and line number, as the simulator keys them), taken from the caller's frame. The first thread to ask
+    makes it; `setdefault` keeps one array if two ask at once."""
+    if alignment is not None or shape == 0:  # an error, or the dynamic shared memory: the simulator's own answer
+        return SIMULATOR_SHARED_ARRAY(shared, shape, dtype, alignment)
+    caller = sys._getframe(1)
+    key = (caller.f_code.co_filename, caller.f_lineno)
+    found = shared._allocations.get(key)
+    if found is None:
+        from numba.cuda import types
+        from numba.cuda.np import numpy_support
+        dtype = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+        found = shared._allocations.setdefault(key, np.empty(shape, dtype))
+    return found
+
+
+SIMULATOR_SHARED_ARRAY = None  # the simulator's own, kept by `install`
+
+
 def install() -> None:
-    """Use `run_block` for every block the simulator runs from now on, and `unset_device_array` for every device array
-    made without values."""
+    """Use `run_block` for every block the simulator runs from now on, `shared_array` for its shared arrays, and
+    `unset_device_array` for every device array made without values."""
+    global SIMULATOR_SHARED_ARRAY
     from numba import cuda
-    from numba.cuda.simulator import kernel
+    from numba.cuda.simulator import kernel, kernelapi
     kernel.BlockManager.run = run_block
+    if SIMULATOR_SHARED_ARRAY is None:
+        SIMULATOR_SHARED_ARRAY = kernelapi.FakeCUDAShared.array
+        kernelapi.FakeCUDAShared.array = shared_array
     cuda.device_array = unset_device_array(cuda.device_array)
