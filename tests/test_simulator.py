@@ -41,6 +41,9 @@ def run(values, counts):
     return out.copy_to_host()
 
 
+SHARE = simulator.warp_share  # the exchange itself, which the planted fault wraps
+
+
 def stale_share(value):
     """A planted fault: the warp's values of the exchange before this one (zeros at first), as a lane that read a list
     before its warp had met again would see them."""
@@ -48,9 +51,6 @@ def stale_share(value):
     shelf = SHARE(value)
     previous, thread.previous_shelf = getattr(thread, "previous_shelf", [0] * 32), list(shelf)
     return previous
-
-
-SHARE = simulator.warp_share
 
 
 def test_lanes_exchange_with_their_partners_and_warps_go_their_own_ways(on_gpu, monkeypatch):

@@ -97,6 +97,9 @@ def unset_device_array(device_array):
     return make
 
 
+SIMULATOR_SHARED_ARRAY = None  # the simulator's own, kept by `install`
+
+
 def shared_array(shared, shape, dtype, alignment=None):
     """The simulator's `cuda.shared.array` (`FakeCUDAShared.array`): one array a block for each line that asks for one
     (source file and line number, as the simulator keys them), taken from the caller's frame. The first thread to ask
@@ -112,9 +115,6 @@ def shared_array(shared, shape, dtype, alignment=None):
         dtype = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
         found = shared._allocations.setdefault(key, np.empty(shape, dtype))
     return found
-
-
-SIMULATOR_SHARED_ARRAY = None  # the simulator's own, kept by `install`
 
 
 def install() -> None:
