@@ -193,22 +193,16 @@ def simulated_module():
 @contextlib.contextmanager
 def simulator_for_models():
     """The simulator set up for whole-model tests: 8 threads an output for the GEMV and 8-thread norm blocks (as in
-    test_backend_sim.py), a short GIL switch interval, and device arrays that refuse what a GPU's refuse (so a test
-    that forgets to_host fails here as it would on a GPU).
+    test_backend_sim.py), and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails here
+    as it would on a GPU).
 
     Each simulated thread is a Python thread, so two sizes shrink with them: `walk_x` lays x out in rounds of
     8 * CHUNK positions (the walk's round at 8 threads, not 256 positions), and the one-thread-per-element kernels
     take blocks of 64. Neither changes a value: the walk's order follows THREADS, the element kernels bound their
     index by the size. A two-stream decode round of the micro model then runs 4,528 simulated threads instead of
     9,520, and the graph tests' two controls took 14 % less time."""
-    import sys
-    import threading
-
     import numpy as np
-    from numba.cuda import types
-    from numba.cuda.np import numpy_support
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    from numba.cuda.simulator.kernelapi import FakeCUDAShared
 
     from tensorfold.cuda import attention, conv, elementwise, gemv, rmsnorm, rope
     from tensorfold.device import grid as common
@@ -225,40 +219,17 @@ def simulator_for_models():
             raise TypeError(f"a device array takes integers and slices as indices, not {key!r}")
         return index(array, key)
 
-    # numba's simulator makes a block's shared array on its first request from each source line, a get-or-create
-    # its threads race through unlocked: two threads of a block can each make one and no longer share it (with the
-    # short switch interval below, often enough to change results). The same, under a lock.
-    shared_array, made = FakeCUDAShared.array, threading.Lock()
-
-    def locked_shared_array(shared, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:  # dynamic shared memory, and the simulator's own error
-            return shared_array(shared, shape, dtype, alignment)
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key: one array per source line
-        with made:
-            array = shared._allocations.get(key)
-            if array is None:
-                array = shared._allocations[key] = np.empty(shape, numpy_support.as_dtype(dtype)
-                                                            if isinstance(dtype, types.Type) else dtype)
-        return array
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(5e-5)  # the simulator's block manager polls its threads under the GIL: hand it back sooner
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            threads = 8
-            patch.setattr(gemv, "THREADS", threads)
-            patch.setattr(gemv, "ROUND", threads * gemv.CHUNK)  # walk_x's rounds follow the walk's
-            patch.setattr(gemv, "ROUND_PAIRS", threads * gemv.CHUNK // 2)
-            patch.setattr(rmsnorm, "THREADS", threads)
-            for module in (attention, common, conv, elementwise, gemv, rope):  # each holds BLOCK as its own name
-                patch.setattr(module, "BLOCK", 64)
-            patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
-            patch.setattr(FakeCUDAArray, "__getitem__", device_index)
-            patch.setattr(FakeCUDAShared, "array", locked_shared_array)
-            yield
-    finally:
-        sys.setswitchinterval(interval)
+    with pytest.MonkeyPatch.context() as patch:
+        threads = 8
+        patch.setattr(gemv, "THREADS", threads)
+        patch.setattr(gemv, "ROUND", threads * gemv.CHUNK)  # walk_x's rounds follow the walk's
+        patch.setattr(gemv, "ROUND_PAIRS", threads * gemv.CHUNK // 2)
+        patch.setattr(rmsnorm, "THREADS", threads)
+        for module in (attention, common, conv, elementwise, gemv, rope):  # each holds BLOCK as its own name
+            patch.setattr(module, "BLOCK", 64)
+        patch.setattr(FakeCUDAArray, "__getattr__", device_attribute)
+        patch.setattr(FakeCUDAArray, "__getitem__", device_index)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
-"""The simulator's warp exchange (`warp_share`, tensorfold/device/simulator.py), on which the simulator's forms of
-`shfl_xor` and `mma_s8u8` (tensorfold/cuda/ptx.py) run: each lane gets its partner's value call after call, though
-a warp's two lists are reused in turn, and a block's warps exchange without waiting for each other. Under --gpu
-the same kernel runs `shfl.sync` itself."""
+"""The simulator's block scheduler and warp exchange (tensorfold/device/simulator.py). A block's barrier waits for every
+thread still running; a thread's error ends its launch, named as the simulator names it, without hanging the threads
+that wait for it. `warp_share`, on which the simulator's forms of `shfl_xor` and `mma_s8u8` (tensorfold/cuda/ptx.py)
+run: each lane gets its partner's value call after call, though a warp's two lists are reused in turn, and a block's
+warps exchange without waiting for each other. Under --gpu the same kernels run `bar.sync` and `shfl.sync`."""
 import threading
 
 import numpy as np
@@ -63,3 +64,65 @@ def test_lanes_exchange_with_their_partners_and_warps_go_their_own_ways(on_gpu, 
         pytest.skip("the control plants a fault in the simulator's exchange")
     monkeypatch.setattr(simulator, "warp_share", stale_share)
     assert not np.array_equal(run(values, counts), expected(values, counts))
+
+
+@cuda.jit
+def neighbours(values, leavers, out):
+    """Each thread writes its value plus its block's offset to shared memory, meets the block at a barrier, and reads
+    its right neighbour's; threads below `leavers` return first (the barrier waits only for the threads still
+    running), and each reads its neighbour again across a second barrier."""
+    shared = cuda.shared.array(128, np.int64)
+    i, block = cuda.threadIdx.x, cuda.blockIdx.x
+    if i < leavers:
+        return
+    shared[i] = values[i] + 1000 * block
+    cuda.syncthreads()
+    out[block, i] = shared[(i + 1) % cuda.blockDim.x]
+    cuda.syncthreads()
+    out[block, i] += shared[(i + 1) % cuda.blockDim.x]
+
+
+def test_a_barrier_waits_for_every_running_thread_of_its_block(on_gpu, monkeypatch):
+    """Three blocks of 128 threads, the first 5 of each returning at once: every other thread but the last reads its
+    neighbour's value, written before the barrier. Control: a barrier that does not wait is caught (a thread then
+    reads what its neighbour left from the block or the launch before)."""
+    leavers, blocks = 5, 3
+    values = np.arange(128, dtype=np.int64) * 11 + 3
+
+    def run_neighbours():
+        out = cuda.to_device(np.zeros((blocks, 128), np.int64))
+        neighbours[blocks, 128](cuda.to_device(values), leavers, out)
+        return out.copy_to_host()[:, leavers:127]
+
+    def expected_neighbours():
+        return 2 * (values[None, leavers + 1:] + 1000 * np.arange(blocks)[:, None])
+
+    assert np.array_equal(run_neighbours(), expected_neighbours())
+    if on_gpu:
+        pytest.skip("the control plants a fault in the simulator's barrier")
+    monkeypatch.setattr(simulator.Block, "barrier", lambda block: None)
+    values = values + 7  # values a late read could not find left from the launch before
+    assert not np.array_equal(run_neighbours(), expected_neighbours())
+
+
+@cuda.jit
+def fails_before_its_warp(out):
+    """Lane 5 of warp 1 raises before its warp's first exchange; the others exchange and meet at a barrier."""
+    i = cuda.threadIdx.x
+    if i == 37:
+        out[1 << 40] = 1  # past the end: the simulator raises IndexError
+    v = shfl_xor(np.int64(i), 1, FULL_WARP)
+    cuda.syncthreads()
+    out[i] = v
+
+
+def test_an_error_in_one_thread_ends_its_launch_and_names_the_thread(on_gpu):
+    """The launch raises the failing thread's error, its thread and block named as the simulator names them, and
+    does not hang: the warp that waits for the failed lane and the block's barrier give up. The next launch runs."""
+    if on_gpu:
+        pytest.skip("an index past an array's end is not checked on a GPU")
+    out = cuda.device_array(64, np.int64)
+    with pytest.raises(IndexError, match=r"tid=\[37, 0, 0\] ctaid=\[0, 0, 0\]"):
+        fails_before_its_warp[2, 64](out)
+    values, counts = np.arange(64, dtype=np.int64), np.array([3, 3], np.int32)
+    assert np.array_equal(run(values, counts), expected(values, counts))

@@ -5,3 +5,6 @@ scheduled by simulator.py."""
 import os
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+if SIMULATED:
+    from tensorfold.device import simulator
+    simulator.install()  # before any kernel runs, whichever module first imports the device

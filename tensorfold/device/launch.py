@@ -29,7 +29,7 @@ import os
 
 from numba import cuda
 
-from tensorfold.device import SIMULATED, graphs, simulator
+from tensorfold.device import SIMULATED, graphs
 
 if not SIMULATED:
     import cuda.core as core  # the launch API numba's dispatcher calls
@@ -49,8 +49,6 @@ if not SIMULATED:
             builder.call(wait, ())
         return types.void(), codegen
 else:
-    simulator.install()  # the simulator's block scheduler, waiting without holding the interpreter lock
-
     @cuda.jit(device=True)
     def inputs_ready():
         """The simulator's form: the kernel before has finished (it runs one kernel at a time)."""

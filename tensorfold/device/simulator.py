@@ -1,12 +1,13 @@
-"""What the CPU tests need of numba's CUDA simulator, which runs every kernel of theirs: a patient block scheduler,
+"""What the CPU tests need of numba's CUDA simulator, which runs every kernel of theirs: a block scheduler that neither spins nor starts a thread a block,
 shared arrays found cheaply, one warp's exchange, and new device arrays that show what a kernel left unwritten.
 
-The simulator runs a block's threads as Python threads. Its scheduler (`BlockManager.run`) waits for them in a loop
-that checks every thread's state again and again without pausing: while it spins it holds the interpreter lock, so
-the threads it waits for barely run, and on two cores most of a kernel's time went to the loop. `install` replaces
-that loop with one that makes the same decisions (release the block when every live thread waits at a barrier,
-stop every thread when one raised, end when none is alive) and sleeps POLL seconds between checks while some
-thread still runs. What a kernel computes, and where its threads meet, does not change; only the waiting does.
+The simulator runs a block's threads as Python threads. Its scheduler (`BlockManager.run`) starts a new Python thread
+for every simulated thread of every block, and waits for them in a loop that checks every thread's state again and
+again: while it spins it holds the interpreter lock, so the threads it waits for barely run. `install` replaces it with
+`run_block`: the threads of a block meet at a barrier that the last live thread to arrive releases (`Block`), and the
+Python threads are started once and reused, block after block (`Worker`). The same decisions (release the block when
+every live thread waits at the barrier, abort every thread at its next barrier when one raised, raise the first error,
+end when none is alive); what a kernel computes, and where its threads meet, does not change.
 
 `shared_array` finds a block's shared array by the line that asks for it, as the simulator's `cuda.shared.array`
 does, but from the calling frame alone: the simulator's extracts the whole stack with its source lines, in every thread
@@ -22,43 +23,143 @@ the very values a check expects, so that an output a kernel left unwritten could
 """
 import sys
 import threading
-import time
 
 import numpy as np
 
-POLL = 1e-4  # seconds between two checks of a block's threads
+class GpuThread:
+    """What the simulator's kernel API asks of `threading.current_thread()` while a block runs (its ids, its manager,
+    `syncthreads`), kept on a Python thread that `Block` hands one simulated thread after another."""
+
+    def bind(self, block, block_point) -> None:
+        """Make this Python thread simulate thread `block_point` of `block`."""
+        from numba.cuda.simulator.kernelapi import Dim3  # imported here: on a GPU the simulator is never loaded
+        manager = block.manager
+        self.block, self._manager, self.debug = block, manager, manager._debug
+        self.blockIdx, self.threadIdx = Dim3(*block.grid_point), Dim3(*block_point)
+        x, y, _ = manager._block_dim
+        self.thread_id = block_point[0] + x * (block_point[1] + y * block_point[2])
+        self.exception, self.abort, self.warp_turn = None, False, 0
+
+    def syncthreads(self) -> None:
+        self.block.barrier()
+
+    def syncthreads_count(self, value):
+        return self.block.vote(self.threadIdx, value, np.count_nonzero)
+
+    def syncthreads_and(self, value):
+        return self.block.vote(self.threadIdx, value, lambda state: int(np.all(state)))
+
+    def syncthreads_or(self, value):
+        return self.block.vote(self.threadIdx, value, lambda state: int(np.any(state)))
+
+
+class Worker(threading.Thread, GpuThread):
+    """A Python thread that runs simulated threads one after another: started once, then reused, since starting a
+    Python thread costs more than most simulated threads' work."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.work = threading.Semaphore(0)
+
+    def run(self) -> None:
+        while True:
+            self.work.acquire()
+            block = self.block
+            try:
+                if self.debug:
+                    np.seterr(divide="raise")
+                block.manager._f(*block.args)
+            except Exception as error:  # the simulator's message: the thread and block ids, then the error's own
+                where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
+                self.exception = (type(error)(f"{where}: {error}" if str(error) else where), sys.exc_info()[2])
+            block.leave(self)
+
+
+class Block:
+    """One block's run: its barrier, which the last live thread to arrive releases (a thread that has ended no longer
+    counts), and its end, which the last thread to leave announces. A thread that raised aborts the others at their
+    next barrier, as the simulator's scheduler does, and `run` raises the first error."""
+
+    def __init__(self, manager, grid_point, args, size):
+        self.manager, self.grid_point, self.args = manager, grid_point, args
+        self.met = threading.Condition()
+        self.size, self.live, self.arrived, self.meetings = size, size, 0, 0
+        self.warps = {}  # warp -> its barrier and two lists (`warp_share`)
+        self.error = None
+        self.done = threading.Event()
+
+    def barrier(self) -> None:
+        with self.met:
+            if self.error is not None:
+                raise RuntimeError("abort flag set on syncthreads call")
+            self.arrived += 1
+            if self.arrived == self.live:
+                self.release()
+            else:
+                meeting = self.meetings
+                while meeting == self.meetings and self.error is None:
+                    self.met.wait()
+            if self.error is not None:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    def vote(self, thread_index, value, count):
+        """`count` of every thread's value: the values written, a barrier, the count read, a barrier."""
+        self.manager.block_state[tuple(thread_index)] = value
+        self.barrier()
+        result = count(self.manager.block_state)
+        self.barrier()
+        return result
+
+    def warp(self, index):
+        """Warp `index`'s barrier and lists, made by the first lane that asks; none once a thread has raised, since
+        that thread's warp would wait for it forever."""
+        with self.met:
+            if self.error is not None:
+                raise RuntimeError("abort flag set on a warp's exchange")
+            if index not in self.warps:
+                self.warps[index] = (threading.Barrier(min(32, self.size - 32 * index)), [None] * 32, [None] * 32)
+            return self.warps[index]
+
+    def release(self) -> None:
+        self.arrived, self.meetings = 0, self.meetings + 1
+        self.met.notify_all()
+
+    def leave(self, thread) -> None:
+        """`thread` has ended (its `exception` set if it raised)."""
+        with self.met:
+            self.live -= 1
+            if thread.exception is not None and self.error is None:
+                self.error = thread.exception
+                for warp in self.warps.values():  # a lane waiting for its warp gives up
+                    warp[0].abort()
+                self.met.notify_all()
+            elif self.live and self.arrived == self.live:  # the threads still running all wait at the barrier
+                self.release()
+            if self.live == 0:
+                self.done.set()
+
+
+IDLE_WORKERS = []  # workers whose last block has ended: only `run_block`, one block at a time, takes and returns them
 
 
 def run_block(manager, grid_point, *args) -> None:
-    """Run one block's threads to their end, as the simulator's `BlockManager.run` does, pausing between checks."""
-    from numba.cuda.simulator.kernel import BlockThread
-    threads = [BlockThread(lambda: manager._f(*args), manager, grid_point, block_point, manager._debug)
-               for block_point in np.ndindex(*manager._block_dim)]
-    for thread in threads:
-        thread.start()
-    live = list(threads)
-    while live:
-        failed = next((t for t in live if not t.syncthreads_blocked and t.exception), None)
-        if failed is not None:  # stop every thread, then raise the first error seen
-            for warp in getattr(manager, "warps", {}).values():
-                warp[0].abort()
-            for thread in threads:
-                thread.abort, thread.syncthreads_blocked = True, False
-                thread.syncthreads_event.set()
-            raise failed.exception[0].with_traceback(failed.exception[1])
-        if all(t.syncthreads_blocked for t in live):  # every live thread is at the barrier: release them together
-            for thread in live:
-                thread.syncthreads_blocked = False
-                thread.syncthreads_event.set()
-        live = [t for t in live if t.is_alive()]
-        if live and not all(t.syncthreads_blocked for t in live):
-            time.sleep(POLL)
-    for thread in threads:
-        if thread.exception:
-            raise thread.exception[0].with_traceback(thread.exception[1])
-
-
-_warps_made = threading.Lock()
+    """Run one block's threads to their end, as the simulator's `BlockManager.run` does, on reused workers."""
+    points = list(np.ndindex(*manager._block_dim))
+    while len(IDLE_WORKERS) < len(points):
+        worker = Worker()
+        IDLE_WORKERS.append(worker)
+        worker.start()
+    block = Block(manager, grid_point, args, len(points))
+    workers = [IDLE_WORKERS.pop() for _ in points]
+    for worker, point in zip(workers, points):
+        worker.bind(block, point)
+        worker.work.release()
+    block.done.wait()
+    for worker in workers:
+        worker.block = None  # the block's arguments are not kept alive by an idle worker
+    IDLE_WORKERS.extend(workers)
+    if block.error is not None:
+        raise block.error[0].with_traceback(block.error[1])
 
 
 def warp_share(value) -> list:
@@ -67,16 +168,9 @@ def warp_share(value) -> list:
     turn, so a lane may give its next value while another still reads this list: the list is written again only after
     the warp's next meeting, which every lane reaches after it has read this one."""
     thread = threading.current_thread()
-    manager, key = thread._manager, (tuple(thread.blockIdx), thread.thread_id // 32)
-    warp = manager.__dict__.get("warps", {}).get(key)
-    if warp is None:  # the warp's first exchange: its barrier and lists made once, under the lock
-        with _warps_made:
-            warps = manager.__dict__.setdefault("warps", {})
-            if key not in warps:
-                threads = int(np.prod(manager._block_dim))
-                warps[key] = (threading.Barrier(min(32, threads - 32 * key[1])), [None] * 32, [None] * 32)
-            warp = warps[key]
-    turn = getattr(thread, "warp_turn", 0)  # which list: every lane of the warp has made as many exchanges
+    block, index = thread.block, thread.thread_id // 32
+    warp = block.warps.get(index) or block.warp(index)
+    turn = thread.warp_turn  # which list: every lane of the warp has made as many exchanges
     thread.warp_turn = 1 - turn
     shelf = warp[1 + turn]
     shelf[thread.thread_id % 32] = value
