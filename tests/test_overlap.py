@@ -1,8 +1,9 @@
-"""Overlapped launches (TENSORFOLD_OVERLAP=1, tensorfold/device/graphs.py): every kernel compiled behind a wait for the
-kernels before it (launch.waiting), and a recorded graph whose kernel-to-kernel edges are then programmatic.
+"""Overlapped launches (tensorfold/device/graphs.py: on by default on a GPU of compute capability 9.0 on, the switch
+TENSORFOLD_OVERLAP): every kernel compiled behind a wait for the kernels before it (launch.waiting), and a recorded
+graph whose kernel-to-kernel edges are then programmatic.
 
 The wait must change no bit, and a graph may start a kernel early only where every kernel in it waits. The whole
-suite with the switch on (`TENSORFOLD_OVERLAP=1 pytest --gpu`) checks every kernel behind the wait; these tests check
+suite with the switch on (`pytest --gpu` on such a GPU) checks every kernel behind the wait; these tests check
 the mechanism, in the simulator and on a GPU, with planted controls: a kernel compiled as written is neither counted
 nor, on a GPU, given a programmatic edge.
 """
@@ -18,6 +19,19 @@ def scale_add(x, y, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = np.float32(2.0) * x[i] + y[i]
+
+
+def test_the_switch_is_the_environments_else_the_gpus(on_gpu, monkeypatch):
+    """TENSORFOLD_OVERLAP=1 or 0 decides; unset, the GPU's compute capability does (9.0 on), and the simulator, which
+    has no GPU, compiles the kernels as written."""
+    for value, overlap in (("1", True), ("0", False)):
+        monkeypatch.setenv("TENSORFOLD_OVERLAP", value)
+        assert graphs.overlap_switch() is overlap
+    monkeypatch.delenv("TENSORFOLD_OVERLAP")
+    if on_gpu:
+        assert graphs.overlap_switch() == (cuda.get_current_device().compute_capability >= (9, 0))
+    else:
+        assert graphs.overlap_switch() is False
 
 
 def compiled(overlap: bool, monkeypatch):

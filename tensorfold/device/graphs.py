@@ -30,7 +30,8 @@ on each, waited on by the recording stream) before the round goes on. The replay
 concurrently. Each branch's launches are the eager round's, in its order, on buffers no other branch touches, so
 the bits are the same. Outside a recording, and under the simulator, lanes change nothing.
 
-Overlapped launches (TENSORFOLD_OVERLAP=1, off by default). Between two kernels of a chain the GPU first finishes the
+Overlapped launches (on where the GPU has them: compute capability 9.0 on; TENSORFOLD_OVERLAP=0 or 1 decides
+instead). Between two kernels of a chain the GPU first finishes the
 one (its last blocks exit, its writes are flushed), then launches the next (its grid is set up, its blocks placed and
 started). `overlap_launches` makes every edge from a kernel to a kernel of a captured graph *programmatic* (CUDA's
 programmatic dependent launch): the next kernel is launched as the blocks of the one before exit, and each of its
@@ -50,7 +51,22 @@ if not SIMULATED:
     from cuda.bindings import driver as cu
 
 _open = None  # the Recording in progress, if any (the engine records on its own thread, one round at a time)
-OVERLAP = os.environ.get("TENSORFOLD_OVERLAP", "0") == "1"  # read when the kernels are compiled (launch.kernel)
+
+
+def overlap_switch() -> bool:
+    """Whether kernels are compiled for overlapped launches: TENSORFOLD_OVERLAP=1 or 0 if set, else whether the GPU
+    numba uses first has programmatic dependent launch (compute capability 9.0 on). Asking the driver for a device's
+    attributes creates no context, which the device pool must come before (pool.py)."""
+    switch = os.environ.get("TENSORFOLD_OVERLAP")
+    if switch is not None:
+        return switch == "1"
+    if SIMULATED:
+        return False
+    from numba import cuda
+    return cuda.is_available() and cuda.gpus[0].compute_capability >= (9, 0)
+
+
+OVERLAP = overlap_switch()  # read when the kernels are compiled (launch.kernel)
 
 
 class CaptureError(TensorfoldError):

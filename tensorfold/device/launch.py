@@ -18,9 +18,9 @@ Anything else (a host NumPy array handed to a kernel, an argument type seen for 
 Every launch also reports to an open CUDA graph recording (graphs.py), which keeps its arguments alive, and in the
 simulator records the launch instead of running it.
 
-With TENSORFOLD_OVERLAP=1 (graphs.OVERLAP) every kernel first waits for the kernels before it (`waiting`,
-`inputs_ready`), so that a recorded graph may launch it before they have finished (graphs.py, "overlapped
-launches"). Off, the kernels are compiled as written.
+With overlapped launches (graphs.OVERLAP: on a GPU of compute capability 9.0 on, unless TENSORFOLD_OVERLAP=0) every
+kernel first waits for the kernels before it (`waiting`, `inputs_ready`), so that a recorded graph may launch it before
+they have finished (graphs.py, "overlapped launches"). Off, the kernels are compiled as written.
 """
 import ctypes
 import functools
