@@ -26,19 +26,19 @@ import threading
 
 import numpy as np
 
+
 class GpuThread:
-    """What the simulator's kernel API asks of `threading.current_thread()` while a block runs (its ids, its manager,
-    `syncthreads`), kept on a Python thread that `Block` hands one simulated thread after another."""
+    """What the simulator's kernel API asks of `threading.current_thread()` while a block runs (its ids and
+    `syncthreads`), kept on a Python thread that `run_block` hands one simulated thread after another."""
 
     def bind(self, block, block_point) -> None:
         """Make this Python thread simulate thread `block_point` of `block`."""
         from numba.cuda.simulator.kernelapi import Dim3  # imported here: on a GPU the simulator is never loaded
-        manager = block.manager
-        self.block, self._manager, self.debug = block, manager, manager._debug
+        self.block, self.debug = block, block.manager._debug
         self.blockIdx, self.threadIdx = Dim3(*block.grid_point), Dim3(*block_point)
-        x, y, _ = manager._block_dim
+        x, y, _ = block.manager._block_dim
         self.thread_id = block_point[0] + x * (block_point[1] + y * block_point[2])
-        self.exception, self.abort, self.warp_turn = None, False, 0
+        self.exception, self.warp_turn = None, 0
 
     def syncthreads(self) -> None:
         self.block.barrier()
@@ -64,21 +64,20 @@ class Worker(threading.Thread, GpuThread):
     def run(self) -> None:
         while True:
             self.work.acquire()
-            block = self.block
             try:
                 if self.debug:
                     np.seterr(divide="raise")
-                block.manager._f(*block.args)
+                self.block.manager._f(*self.block.args)
             except Exception as error:  # the simulator's message: the thread and block ids, then the error's own
                 where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
                 self.exception = (type(error)(f"{where}: {error}" if str(error) else where), sys.exc_info()[2])
-            block.leave(self)
+            self.block.leave(self)  # then `run_block` may let go of the block: nothing here holds it while idle
 
 
 class Block:
     """One block's run: its barrier, which the last live thread to arrive releases (a thread that has ended no longer
     counts), and its end, which the last thread to leave announces. A thread that raised aborts the others at their
-    next barrier, as the simulator's scheduler does, and `run` raises the first error."""
+    next barrier, as the simulator's scheduler does, and `run_block` raises the first error."""
 
     def __init__(self, manager, grid_point, args, size):
         self.manager, self.grid_point, self.args = manager, grid_point, args
@@ -139,18 +138,24 @@ class Block:
                 self.done.set()
 
 
-IDLE_WORKERS = []  # workers whose last block has ended: only `run_block`, one block at a time, takes and returns them
+IDLE_WORKERS = []  # workers whose last block has ended (a list's pop and extend are atomic: no lock needed)
+
+
+def idle_worker() -> Worker:
+    """A worker whose last block has ended, or a new one."""
+    try:
+        return IDLE_WORKERS.pop()
+    except IndexError:
+        worker = Worker()
+        worker.start()
+        return worker
 
 
 def run_block(manager, grid_point, *args) -> None:
     """Run one block's threads to their end, as the simulator's `BlockManager.run` does, on reused workers."""
     points = list(np.ndindex(*manager._block_dim))
-    while len(IDLE_WORKERS) < len(points):
-        worker = Worker()
-        IDLE_WORKERS.append(worker)
-        worker.start()
     block = Block(manager, grid_point, args, len(points))
-    workers = [IDLE_WORKERS.pop() for _ in points]
+    workers = [idle_worker() for _ in points]
     for worker, point in zip(workers, points):
         worker.bind(block, point)
         worker.work.release()
