@@ -3,8 +3,6 @@ thread still running; a thread's error ends its launch, named as the simulator n
 that wait for it. `warp_share`, on which the simulator's forms of `shfl_xor` and `mma_s8u8` (tensorfold/cuda/ptx.py)
 run: each lane gets its partner's value call after call, though a warp's two lists are reused in turn, and a block's
 warps exchange without waiting for each other. Under --gpu the same kernels run `bar.sync` and `shfl.sync`."""
-import threading
-
 import numpy as np
 import pytest
 from numba import cuda
@@ -48,7 +46,7 @@ SHARE = simulator.warp_share  # the exchange itself, which the planted fault wra
 def stale_share(value):
     """A planted fault: the warp's values of the exchange before this one (zeros at first), as a lane that read a list
     before its warp had met again would see them."""
-    thread = threading.current_thread()
+    thread = simulator.CURRENT
     shelf = SHARE(value)
     previous, thread.previous_shelf = getattr(thread, "previous_shelf", [0] * 32), list(shelf)
     return previous
@@ -100,7 +98,7 @@ def test_a_barrier_waits_for_every_running_thread_of_its_block(on_gpu, monkeypat
     assert np.array_equal(run_neighbours(), expected_neighbours())
     if on_gpu:
         pytest.skip("the control plants a fault in the simulator's barrier")
-    monkeypatch.setattr(simulator.Block, "barrier", lambda block: None)
+    monkeypatch.setattr(simulator.Block, "barrier", lambda block, thread: None)
     values = values + 7  # values a late read could not find left from the launch before
     assert not np.array_equal(run_neighbours(), expected_neighbours())
 

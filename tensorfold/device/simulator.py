@@ -1,13 +1,16 @@
-"""What the CPU tests need of numba's CUDA simulator, which runs every kernel of theirs: a block scheduler that neither spins nor starts a thread a block,
-shared arrays found cheaply, one warp's exchange, and new device arrays that show what a kernel left unwritten.
+"""What the CPU tests need of numba's CUDA simulator, which runs every kernel of theirs: a block's threads run as
+greenlets, shared arrays found cheaply, one warp's exchange, and new device arrays that show what a kernel left
+unwritten.
 
-The simulator runs a block's threads as Python threads. Its scheduler (`BlockManager.run`) starts a new Python thread
-for every simulated thread of every block, and waits for them in a loop that checks every thread's state again and
-again: while it spins it holds the interpreter lock, so the threads it waits for barely run. `install` replaces it with
-`run_block`: the threads of a block meet at a barrier that the last live thread to arrive releases (`Block`), and the
-Python threads are started once and reused, block after block (`Worker`). The same decisions (release the block when
-every live thread waits at the barrier, abort every thread at its next barrier when one raised, raise the first error,
-end when none is alive); what a kernel computes, and where its threads meet, does not change.
+The simulator runs a block's threads as Python threads: its scheduler (`BlockManager.run`) starts one for every
+simulated thread of every block and polls them until they end, meeting at each barrier. On two cores most of a
+kernel's time went to starting threads, to the operating system's switches between them and to the interpreter lock
+they hand each other. `install` replaces it with `run_block`: a block's threads are greenlets of the launching thread
+(`SimulatedThread`), which switch only where a thread waits (at the barrier, for its warp) or ends, and `Block.run`
+takes the threads that are ready one after another. The same decisions (the barrier waits for every thread still
+running, the first error ends the block and is raised); one thread runs at a time, as the simulator's ran one at a time
+under the interpreter lock, so what a kernel computes, and where its threads meet, does not change. The simulator's
+kernel API finds the running thread's ids in `CURRENT`, where it asked `threading.current_thread()`.
 
 `shared_array` finds a block's shared array by the line that asks for it, as the simulator's `cuda.shared.array`
 does, but from the calling frame alone: the simulator's extracts the whole stack with its source lines, in every thread
@@ -21,150 +24,117 @@ other. Each lane gives a value and gets every lane's, after one meeting of the w
 unsigned value), where the simulator's holds whatever its memory held before: often a freed array's values, even
 the very values a check expects, so that an output a kernel left unwritten could pass.
 """
+import collections
 import sys
-import threading
 
 import numpy as np
 
 
-class GpuThread:
-    """What the simulator's kernel API asks of `threading.current_thread()` while a block runs (its ids and
-    `syncthreads`), kept on a Python thread that `run_block` hands one simulated thread after another."""
-
-    def bind(self, block, block_point) -> None:
-        """Make this Python thread simulate thread `block_point` of `block`."""
-        from numba.cuda.simulator.kernelapi import Dim3  # imported here: on a GPU the simulator is never loaded
-        self.block, self.debug = block, block.manager._debug
-        self.blockIdx, self.threadIdx = Dim3(*block.grid_point), Dim3(*block_point)
-        x, y, _ = block.manager._block_dim
-        self.thread_id = block_point[0] + x * (block_point[1] + y * block_point[2])
-        self.exception, self.warp_turn = None, 0
-
-    def syncthreads(self) -> None:
-        self.block.barrier()
-
-    def syncthreads_count(self, value):
-        return self.block.vote(self.threadIdx, value, np.count_nonzero)
-
-    def syncthreads_and(self, value):
-        return self.block.vote(self.threadIdx, value, lambda state: int(np.all(state)))
-
-    def syncthreads_or(self, value):
-        return self.block.vote(self.threadIdx, value, lambda state: int(np.any(state)))
+CURRENT = None  # the simulated thread that runs now: the simulator's kernel API reads its ids from it (`install`)
 
 
-class Worker(threading.Thread, GpuThread):
-    """A Python thread that runs simulated threads one after another: started once, then reused, since starting a
-    Python thread costs more than most simulated threads' work."""
+class SimulatedThread:
+    """One thread of a block: its ids, and the greenlet that runs the kernel for it."""
 
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.work = threading.Semaphore(0)
+    def __init__(self, block, block_index, thread_index, thread_id, greenlet_type):
+        self.block, self.blockIdx, self.threadIdx, self.thread_id = block, block_index, thread_index, thread_id
+        self.warp_turn = 0  # which of its warp's two lists the next exchange uses (`warp_share`)
+        self.greenlet = greenlet_type(self.run, parent=block.scheduler)
 
     def run(self) -> None:
-        while True:
-            self.work.acquire()
-            try:
-                if self.debug:
-                    np.seterr(divide="raise")
-                self.block.manager._f(*self.block.args)
-            except Exception as error:  # the simulator's message: the thread and block ids, then the error's own
-                where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
-                self.exception = (type(error)(f"{where}: {error}" if str(error) else where), sys.exc_info()[2])
-            self.block.leave(self)  # then `run_block` may let go of the block: nothing here holds it while idle
+        manager = self.block.manager
+        try:
+            if manager._debug:
+                np.seterr(divide="raise")
+            manager._f(*self.block.args)
+        except Exception as error:  # the simulator's message: the thread and block ids, then the error's own
+            where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
+            self.block.error = (type(error)(f"{where}: {error}" if str(error) else where), sys.exc_info()[2])
+
+    # what the simulator's kernel API calls on the current thread
+    def syncthreads(self) -> None:
+        self.block.barrier(self)
+
+    def syncthreads_count(self, value):
+        return self.block.vote(self, value, np.count_nonzero)
+
+    def syncthreads_and(self, value):
+        return self.block.vote(self, value, lambda state: int(np.all(state)))
+
+    def syncthreads_or(self, value):
+        return self.block.vote(self, value, lambda state: int(np.any(state)))
 
 
 class Block:
-    """One block's run: its barrier, which the last live thread to arrive releases (a thread that has ended no longer
-    counts), and its end, which the last thread to leave announces. A thread that raised aborts the others at their
-    next barrier, as the simulator's scheduler does, and `run_block` raises the first error."""
+    """One block's run. `run` takes the threads that are ready one after another and runs each until it waits (at the
+    barrier, or for its warp) or ends; a meeting that every thread it waits for has reached makes its threads ready
+    again, in the order they arrived. The barrier waits for every thread still running (a thread that has ended no
+    longer counts), as the simulator's does. The first error ends the block, and `run` raises it."""
 
-    def __init__(self, manager, grid_point, args, size):
+    def __init__(self, manager, grid_point, args):
+        import greenlet  # imported here, as the simulator is: on a GPU no block runs here
+        from numba.cuda.simulator.kernelapi import Dim3
         self.manager, self.grid_point, self.args = manager, grid_point, args
-        self.met = threading.Condition()
-        self.size, self.live, self.arrived, self.meetings = size, size, 0, 0
-        self.warps = {}  # warp -> its barrier and two lists (`warp_share`)
+        self.scheduler = greenlet.getcurrent()  # where a thread that waits or ends goes back to
+        x, y, _ = manager._block_dim
+        block_index = Dim3(*grid_point)
+        self.threads = [SimulatedThread(self, block_index, Dim3(*point), point[0] + x * (point[1] + y * point[2]),
+                                        greenlet.greenlet) for point in np.ndindex(*manager._block_dim)]
+        self.ready = collections.deque(self.threads)
+        self.live = len(self.threads)
+        self.at_barrier = []
+        self.warps = {}  # warp -> the lanes waiting for it and its two lists (`warp_share`)
         self.error = None
-        self.done = threading.Event()
 
-    def barrier(self) -> None:
-        with self.met:
-            if self.error is not None:
-                raise RuntimeError("abort flag set on syncthreads call")
-            self.arrived += 1
-            if self.arrived == self.live:
-                self.release()
-            else:
-                meeting = self.meetings
-                while meeting == self.meetings and self.error is None:
-                    self.met.wait()
-            if self.error is not None:
-                raise RuntimeError("abort flag set on syncthreads clear")
+    def run(self) -> None:
+        global CURRENT
+        while self.ready and self.error is None:
+            thread = CURRENT = self.ready.popleft()
+            thread.greenlet.switch()
+            if thread.greenlet.dead:
+                self.live -= 1
+                if self.at_barrier and len(self.at_barrier) == self.live:  # the threads still running all wait there
+                    self.release(self.at_barrier)
+        CURRENT = None
+        if self.error is not None:
+            raise self.error[0].with_traceback(self.error[1])
+        if self.live:
+            raise RuntimeError(f"block {list(self.grid_point)}: {self.live} threads wait for threads that have ended "
+                               "(a barrier or a warp exchange that not every thread reaches)")
 
-    def vote(self, thread_index, value, count):
+    def release(self, waiting: list) -> None:
+        self.ready.extend(waiting)
+        waiting.clear()
+
+    def wait(self) -> None:
+        """The calling thread waits: the scheduler runs the others until a meeting makes it ready again."""
+        self.scheduler.switch()
+
+    def barrier(self, thread) -> None:
+        self.at_barrier.append(thread)
+        if len(self.at_barrier) == self.live:
+            self.release(self.at_barrier)
+        self.wait()
+
+    def vote(self, thread, value, count):
         """`count` of every thread's value: the values written, a barrier, the count read, a barrier."""
-        self.manager.block_state[tuple(thread_index)] = value
-        self.barrier()
+        self.manager.block_state[tuple(thread.threadIdx)] = value
+        self.barrier(thread)
         result = count(self.manager.block_state)
-        self.barrier()
+        self.barrier(thread)
         return result
 
-    def warp(self, index):
-        """Warp `index`'s barrier and lists, made by the first lane that asks; none once a thread has raised, since
-        that thread's warp would wait for it forever."""
-        with self.met:
-            if self.error is not None:
-                raise RuntimeError("abort flag set on a warp's exchange")
-            if index not in self.warps:
-                self.warps[index] = (threading.Barrier(min(32, self.size - 32 * index)), [None] * 32, [None] * 32)
-            return self.warps[index]
-
-    def release(self) -> None:
-        self.arrived, self.meetings = 0, self.meetings + 1
-        self.met.notify_all()
-
-    def leave(self, thread) -> None:
-        """`thread` has ended (its `exception` set if it raised)."""
-        with self.met:
-            self.live -= 1
-            if thread.exception is not None and self.error is None:
-                self.error = thread.exception
-                for warp in self.warps.values():  # a lane waiting for its warp gives up
-                    warp[0].abort()
-                self.met.notify_all()
-            elif self.live and self.arrived == self.live:  # the threads still running all wait at the barrier
-                self.release()
-            if self.live == 0:
-                self.done.set()
-
-
-IDLE_WORKERS = []  # workers whose last block has ended (a list's pop and extend are atomic: no lock needed)
-
-
-def idle_worker() -> Worker:
-    """A worker whose last block has ended, or a new one."""
-    try:
-        return IDLE_WORKERS.pop()
-    except IndexError:
-        worker = Worker()
-        worker.start()
-        return worker
+    def warp(self, index) -> tuple:
+        """Warp `index`'s waiting lanes, its lane count and its two lists, made at its first exchange."""
+        if index not in self.warps:
+            self.warps[index] = ([], min(32, len(self.threads) - 32 * index), [None] * 32, [None] * 32)
+        return self.warps[index]
 
 
 def run_block(manager, grid_point, *args) -> None:
-    """Run one block's threads to their end, as the simulator's `BlockManager.run` does, on reused workers."""
-    points = list(np.ndindex(*manager._block_dim))
-    block = Block(manager, grid_point, args, len(points))
-    workers = [idle_worker() for _ in points]
-    for worker, point in zip(workers, points):
-        worker.bind(block, point)
-        worker.work.release()
-    block.done.wait()
-    for worker in workers:
-        worker.block = None  # the block's arguments are not kept alive by an idle worker
-    IDLE_WORKERS.extend(workers)
-    if block.error is not None:
-        raise block.error[0].with_traceback(block.error[1])
+    """Run one block's threads to their end, as the simulator's `BlockManager.run` does, as greenlets of the calling
+    thread."""
+    Block(manager, grid_point, args).run()
 
 
 def warp_share(value) -> list:
@@ -172,14 +142,15 @@ def warp_share(value) -> list:
     thread ids 32 w .. 32 w + 31) has given its own: one meeting of the warp. A warp has two lists and uses them in
     turn, so a lane may give its next value while another still reads this list: the list is written again only after
     the warp's next meeting, which every lane reaches after it has read this one."""
-    thread = threading.current_thread()
-    block, index = thread.block, thread.thread_id // 32
-    warp = block.warps.get(index) or block.warp(index)
-    turn = thread.warp_turn  # which list: every lane of the warp has made as many exchanges
-    thread.warp_turn = 1 - turn
-    shelf = warp[1 + turn]
+    thread = CURRENT
+    waiting, lanes, *shelves = thread.block.warp(thread.thread_id // 32)
+    shelf = shelves[thread.warp_turn]
+    thread.warp_turn = 1 - thread.warp_turn
     shelf[thread.thread_id % 32] = value
-    warp[0].wait()
+    waiting.append(thread)
+    if len(waiting) == lanes:
+        thread.block.release(waiting)
+    thread.block.wait()
     return shelf
 
 
@@ -217,12 +188,21 @@ def shared_array(shared, shape, dtype, alignment=None):
 
 
 def install() -> None:
-    """Use `run_block` for every block the simulator runs from now on, `shared_array` for its shared arrays, and
+    """Use `run_block` for every block the simulator runs from now on, with the thread ids and barriers of `CURRENT`
+    where the simulator's kernel API asked `threading.current_thread()`, `shared_array` for its shared arrays, and
     `unset_device_array` for every device array made without values."""
     global SIMULATOR_SHARED_ARRAY
     from numba import cuda
     from numba.cuda.simulator import kernel, kernelapi
     kernel.BlockManager.run = run_block
+    api = kernelapi.FakeCUDAModule
+    api.threadIdx = property(lambda module: CURRENT.threadIdx)
+    api.blockIdx = property(lambda module: CURRENT.blockIdx)
+    api.laneid = property(lambda module: CURRENT.thread_id % 32)
+    api.syncthreads = kernelapi.GridGroup.sync = lambda module: CURRENT.syncthreads()
+    api.syncthreads_count = lambda module, value: CURRENT.syncthreads_count(value)
+    api.syncthreads_and = lambda module, value: CURRENT.syncthreads_and(value)
+    api.syncthreads_or = lambda module, value: CURRENT.syncthreads_or(value)
     if SIMULATOR_SHARED_ARRAY is None:
         SIMULATOR_SHARED_ARRAY = kernelapi.FakeCUDAShared.array
         kernelapi.FakeCUDAShared.array = shared_array
