@@ -1,8 +1,9 @@
 """The simulator's block scheduler and warp exchange (tensorfold/device/simulator.py). A block's barrier waits for every
 thread still running; a thread's error ends its launch, named as the simulator names it, without hanging the threads
-that wait for it. `warp_share`, on which the simulator's forms of `shfl_xor` and `mma_s8u8` (tensorfold/cuda/ptx.py)
-run: each lane gets its partner's value call after call, though a warp's two lists are reused in turn, and a block's
-warps exchange without waiting for each other. Under --gpu the same kernels run `bar.sync` and `shfl.sync`."""
+that wait for it, and so does a wait that no thread can end. `warp_share`, on which the simulator's forms of
+`shfl_xor` and `mma_s8u8` (tensorfold/cuda/ptx.py) run: each lane gets its partner's value call after call, though a
+warp's two lists are reused in turn, and a block's warps exchange without waiting for each other. Under --gpu the
+same kernels run `bar.sync` and `shfl.sync`."""
 import numpy as np
 import pytest
 from numba import cuda
@@ -123,4 +124,24 @@ def test_an_error_in_one_thread_ends_its_launch_and_names_the_thread(on_gpu):
     with pytest.raises(IndexError, match=r"tid=\[37, 0, 0\] ctaid=\[0, 0, 0\]"):
         fails_before_its_warp[2, 64](out)
     values, counts = np.arange(64, dtype=np.int64), np.array([3, 3], np.int32)
+    assert np.array_equal(run(values, counts), expected(values, counts))
+
+
+@cuda.jit
+def waits_for_a_lane_that_ended(out):
+    """Lane 0 returns; the other 31 lanes of its warp exchange values, which needs every lane."""
+    i = cuda.threadIdx.x
+    if i == 0:
+        return
+    out[i] = shfl_xor(np.int64(i), 1, FULL_WARP)
+
+
+def test_a_warp_waiting_for_a_lane_that_ended_is_an_error_not_a_hang(on_gpu):
+    """A warp exchange that a lane never reaches cannot complete (on a GPU, undefined behaviour): the block ends
+    with an error that says so. The next launch runs."""
+    if on_gpu:
+        pytest.skip("undefined behaviour on a GPU")
+    with pytest.raises(RuntimeError, match="31 threads wait for threads that have ended"):
+        waits_for_a_lane_that_ended[1, 32](cuda.device_array(32, np.int64))
+    values, counts = np.arange(64, dtype=np.int64), np.array([2, 5], np.int32)
     assert np.array_equal(run(values, counts), expected(values, counts))
