@@ -42,8 +42,8 @@ def fma32(a, b, c):
 if SIMULATED:  # the simulator's cuda.fma rounds the product and the sum separately: use the twin's arithmetic
     def fma_rn(a, b, c):
         """a * b + c with one rounding to float32 (fma.rn.f32); here, the twin's emulation of it. A plain function:
-        the simulator runs a device function's every call under a lock of its module, and at one call per
-        multiply-add a block's threads could queue on it for the whole switch interval, call after call."""
+        the simulator wraps a device function's every call in a swap of its module's globals, under a lock, which at
+        one call per multiply-add costs more than the arithmetic."""
         return np.float32(fma_rn_twin(a, b, c))
 else:
     @cuda.jit(device=True)
