@@ -101,7 +101,8 @@ def test_a_barrier_waits_for_every_running_thread_of_its_block(on_gpu, monkeypat
         pytest.skip("the control plants a fault in the simulator's barrier")
     monkeypatch.setattr(simulator.Block, "barrier", lambda block, thread: None)
     values = values + 7  # values a late read could not find left from the launch before
-    assert not np.array_equal(run_neighbours(), expected_neighbours())
+    with np.errstate(over="ignore"):  # a late read may add whatever the shared memory held
+        assert not np.array_equal(run_neighbours(), expected_neighbours())
 
 
 @cuda.jit
