@@ -47,7 +47,7 @@ SHARE = simulator.warp_share  # the exchange itself, which the planted fault wra
 def stale_share(value):
     """A planted fault: the warp's values of the exchange before this one (zeros at first), as a lane that read a list
     before its warp had met again would see them."""
-    thread = simulator.CURRENT
+    thread = simulator.RUNNING.thread
     shelf = SHARE(value)
     previous, thread.previous_shelf = getattr(thread, "previous_shelf", [0] * 32), list(shelf)
     return previous
@@ -145,3 +145,4 @@ def test_a_warp_waiting_for_a_lane_that_ended_is_an_error_not_a_hang(on_gpu):
         waits_for_a_lane_that_ended[1, 32](cuda.device_array(32, np.int64))
     values, counts = np.arange(64, dtype=np.int64), np.array([2, 5], np.int32)
     assert np.array_equal(run(values, counts), expected(values, counts))
+

@@ -10,7 +10,7 @@ they hand each other. `install` replaces it with `run_block`: a block's threads 
 takes the threads that are ready one after another. The same decisions (the barrier waits for every thread still
 running, the first error ends the block and is raised); one thread runs at a time, as the simulator's ran one at a time
 under the interpreter lock, so what a kernel computes, and where its threads meet, does not change. The simulator's
-kernel API finds the running thread's ids in `CURRENT`, where it asked `threading.current_thread()`.
+kernel API finds the running thread's ids in `RUNNING.thread`, where it asked `threading.current_thread()`.
 
 `shared_array` finds a block's shared array by the line that asks for it, as the simulator's `cuda.shared.array`
 does, but from the calling frame alone: the simulator's extracts the whole stack with its source lines, in every thread
@@ -26,11 +26,13 @@ the very values a check expects, so that an output a kernel left unwritten could
 """
 import collections
 import sys
+import threading
 
 import numpy as np
 
-
-CURRENT = None  # the simulated thread that runs now: the simulator's kernel API reads its ids from it (`install`)
+# .thread: the simulated thread that runs now in this Python thread; the simulator's kernel API reads its ids from it
+# (`install`), where it read them from the Python thread itself.
+RUNNING = threading.local()
 
 
 class SimulatedThread:
@@ -87,15 +89,14 @@ class Block:
         self.error = None
 
     def run(self) -> None:
-        global CURRENT
         while self.ready and self.error is None:
-            thread = CURRENT = self.ready.popleft()
+            thread = RUNNING.thread = self.ready.popleft()
             thread.greenlet.switch()
             if thread.greenlet.dead:
                 self.live -= 1
                 if self.at_barrier and len(self.at_barrier) == self.live:  # the threads still running all wait there
                     self.release(self.at_barrier)
-        CURRENT = None
+        RUNNING.thread = None
         if self.error is not None:
             raise self.error[0].with_traceback(self.error[1])
         if self.live:
@@ -142,7 +143,7 @@ def warp_share(value) -> list:
     thread ids 32 w .. 32 w + 31) has given its own: one meeting of the warp. A warp has two lists and uses them in
     turn, so a lane may give its next value while another still reads this list: the list is written again only after
     the warp's next meeting, which every lane reaches after it has read this one."""
-    thread = CURRENT
+    thread = RUNNING.thread
     waiting, lanes, *shelves = thread.block.warp(thread.thread_id // 32)
     shelf = shelves[thread.warp_turn]
     thread.warp_turn = 1 - thread.warp_turn
@@ -188,21 +189,21 @@ def shared_array(shared, shape, dtype, alignment=None):
 
 
 def install() -> None:
-    """Use `run_block` for every block the simulator runs from now on, with the thread ids and barriers of `CURRENT`
-    where the simulator's kernel API asked `threading.current_thread()`, `shared_array` for its shared arrays, and
-    `unset_device_array` for every device array made without values."""
+    """Use `run_block` for every block the simulator runs from now on, with the thread ids and barriers of
+    `RUNNING.thread` where the simulator's kernel API asked `threading.current_thread()`, `shared_array` for its shared
+    arrays, and `unset_device_array` for every device array made without values."""
     global SIMULATOR_SHARED_ARRAY
     from numba import cuda
     from numba.cuda.simulator import kernel, kernelapi
     kernel.BlockManager.run = run_block
     api = kernelapi.FakeCUDAModule
-    api.threadIdx = property(lambda module: CURRENT.threadIdx)
-    api.blockIdx = property(lambda module: CURRENT.blockIdx)
-    api.laneid = property(lambda module: CURRENT.thread_id % 32)
-    api.syncthreads = kernelapi.GridGroup.sync = lambda module: CURRENT.syncthreads()
-    api.syncthreads_count = lambda module, value: CURRENT.syncthreads_count(value)
-    api.syncthreads_and = lambda module, value: CURRENT.syncthreads_and(value)
-    api.syncthreads_or = lambda module, value: CURRENT.syncthreads_or(value)
+    api.threadIdx = property(lambda module: RUNNING.thread.threadIdx)
+    api.blockIdx = property(lambda module: RUNNING.thread.blockIdx)
+    api.laneid = property(lambda module: RUNNING.thread.thread_id % 32)
+    api.syncthreads = kernelapi.GridGroup.sync = lambda module: RUNNING.thread.syncthreads()
+    api.syncthreads_count = lambda module, value: RUNNING.thread.syncthreads_count(value)
+    api.syncthreads_and = lambda module, value: RUNNING.thread.syncthreads_and(value)
+    api.syncthreads_or = lambda module, value: RUNNING.thread.syncthreads_or(value)
     if SIMULATOR_SHARED_ARRAY is None:
         SIMULATOR_SHARED_ARRAY = kernelapi.FakeCUDAShared.array
         kernelapi.FakeCUDAShared.array = shared_array
