@@ -196,10 +196,10 @@ def simulator_for_models():
     test_backend_sim.py), and device arrays that refuse what a GPU's refuse (so a test that forgets to_host fails here
     as it would on a GPU).
 
-    Each simulated thread is a Python thread, so two sizes shrink with them: `walk_x` lays x out in rounds of
-    8 * CHUNK positions (the walk's round at 8 threads, not 256 positions), and the one-thread-per-element kernels
-    take blocks of 64. Neither changes a value: the walk's order follows THREADS, the element kernels bound their
-    index by the size. A two-stream decode round of the micro model then runs 4,528 simulated threads instead of
+    Each simulated thread runs the kernel's Python code of its own, so two sizes shrink with them: `walk_x` lays x out
+    in rounds of 8 * CHUNK positions (the walk's round at 8 threads, not 256 positions), and the one-thread-per-element
+    kernels take blocks of 64. Neither changes a value: the walk's order follows THREADS, the element kernels bound
+    their index by the size. A two-stream decode round of the micro model then runs 4,528 simulated threads instead of
     9,520, and the graph tests' two controls took 14 % less time."""
     import numpy as np
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

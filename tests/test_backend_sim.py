@@ -1,6 +1,6 @@
 """The `cuda` backend end to end under numba's CUDA simulator: the whole model through the kernels.
 
-The simulator runs each GPU thread as a Python thread, so this uses a micro model and narrows the GEMV to 8
+The simulator runs each GPU thread as Python code of its own, so this uses a micro model and narrows the GEMV to 8
 threads an output and the norm blocks to 8 threads (twins and kernels read the same module constants, so they
 still compare exactly). The real widths are checked kernel by kernel in test_contract.py, and end to end on a GPU in test_gpu.py.
 """

@@ -117,7 +117,7 @@ def fails_before_its_warp(out):
 
 def test_an_error_in_one_thread_ends_its_launch_and_names_the_thread(on_gpu):
     """The launch raises the failing thread's error, its thread and block named as the simulator names them, and
-    does not hang: the warp that waits for the failed lane and the block's barrier give up. The next launch runs."""
+    does not hang: the block ends at the error, though a warp waits for the failed lane. The next launch runs."""
     if on_gpu:
         pytest.skip("an index past an array's end is not checked on a GPU")
     out = cuda.device_array(64, np.int64)

@@ -30,15 +30,14 @@ on each, waited on by the recording stream) before the round goes on. The replay
 concurrently. Each branch's launches are the eager round's, in its order, on buffers no other branch touches, so
 the bits are the same. Outside a recording, and under the simulator, lanes change nothing.
 
-Overlapped launches (on where the GPU has them: compute capability 9.0 on; TENSORFOLD_OVERLAP=0 or 1 decides
-instead). Between two kernels of a chain the GPU first finishes the
-one (its last blocks exit, its writes are flushed), then launches the next (its grid is set up, its blocks placed and
-started). `overlap_launches` makes every edge from a kernel to a kernel of a captured graph *programmatic* (CUDA's
-programmatic dependent launch): the next kernel is launched as the blocks of the one before exit, and each of its
-threads waits in its first instruction (launch.inputs_ready, PTX `griddepcontrol.wait`) until that kernel has
-completed and its writes are visible. The launch overlaps the completion; no kernel's work overlaps another's, so the
-bits are the chain's. Only kernels compiled behind that wait (launch.py, with the switch on) may start early, so a
-graph that holds any other kernel keeps its plain edges.
+Overlapped launches (on where the GPU has them: compute capability 9.0 on; TENSORFOLD_OVERLAP=0 or 1 decides instead).
+Between two kernels of a chain the GPU first finishes the one (its last blocks exit, its writes are flushed), then
+launches the next (its grid is set up, its blocks placed and started). `overlap_launches` makes every edge from a kernel
+to a kernel of a captured graph *programmatic* (CUDA's programmatic dependent launch): the next kernel is launched as
+the blocks of the one before exit, and each of its threads waits in its first instruction (launch.inputs_ready, PTX
+`griddepcontrol.wait`) until that kernel has completed and its writes are visible. The launch overlaps the completion;
+no kernel's work overlaps another's, so the bits are the chain's. Only kernels compiled behind that wait (launch.py,
+with the switch on) may start early, so a graph that holds any other kernel keeps its plain edges.
 """
 import contextlib
 import os

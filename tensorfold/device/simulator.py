@@ -174,7 +174,7 @@ SIMULATOR_SHARED_ARRAY = None  # the simulator's own, kept by `install`
 def shared_array(shared, shape, dtype, alignment=None):
     """The simulator's `cuda.shared.array` (`FakeCUDAShared.array`): one array a block for each line that asks for one
     (source file and line number, as the simulator keys them), taken from the caller's frame. The first thread to ask
-    makes it; `setdefault` keeps one array if two ask at once."""
+    makes it."""
     if alignment is not None or shape == 0:  # an error, or the dynamic shared memory: the simulator's own answer
         return SIMULATOR_SHARED_ARRAY(shared, shape, dtype, alignment)
     caller = sys._getframe(1)
@@ -184,7 +184,7 @@ def shared_array(shared, shape, dtype, alignment=None):
         from numba.cuda import types
         from numba.cuda.np import numpy_support
         dtype = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
-        found = shared._allocations.setdefault(key, np.empty(shape, dtype))
+        found = shared._allocations[key] = np.empty(shape, dtype)
     return found
 
 
