@@ -12,7 +12,7 @@ You will learn about:
 * the gated delta rule: decay, read, delta, write, output, and the gates that turn two projections into a decay
   and a write strength;
 * the mapping: a thread per (value head, column j, chain) that holds its chain's elements of column j of S for the
-  whole window, so both sums walk i in one fixed order, their four chains meeting once a sum;
+  whole window, so both sums walk i in one fixed order, their eight chains meeting once a sum;
 * the log: why the scan writes each row's (decay, delta, key), and how ``deltanet_apply`` replays the rows a
   stream accepted out of a window to rebuild the scan's state bit for bit, with no read and no query;
 * the causal conv's tail, which is how the same stream carries its last inputs from one window to the next.
@@ -68,18 +68,18 @@ def host(arrays):
 #     S     = S + outer(k, d)            write
 #     o[j]  = sum_i S[i, j] * q[i]       output, from the updated state
 #
-# Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. Each sum runs
-# as SUM_CHAINS interleaved chains (chain c takes i = c, c + 4, ... in order) added up in a fixed tree at the end
-# (`chains_total`): a chain of 128 multiply-adds would wait on each result in turn, four chains of 32 do not. So
-# each (h, j, chain c) has a thread: it keeps its chain's elements of column j in a local array for the whole
-# window, walks them in order for both sums, and trades its chain with the column's three others, its neighbouring
-# lanes of the warp, by shuffles (`column_total`): each of the four adds them in the tree and so holds the same total
-# (lanes 2 and 3 add the two halves the other way round, the same bits). The columns of a head share the rows'
-# keys and queries, which a block stages in shared memory a tile of ROWS_STAGED rows at a time, beside the rows'
-# values, decays and betas (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded,
-# not what is computed from them. The twin runs the same loop over i, vectorised over (h, j). Value head h reads key
-# head h // (nv / nk): consecutive value heads share a key head. Row by row, the twin's steps face the kernel's:
-# decay and read, delta, write and output.
+# Every step touches one column j of S at a time: m[j], d[j] and o[j] need column j and nothing else. Each sum runs as
+# SUM_CHAINS interleaved chains (chain c takes i = c, c + 8, ... in order) added up in a fixed tree at the end
+# (`chains_total`): a chain of 128 multiply-adds would wait on each result in turn, eight chains of 16 do not. So each
+# (h, j, chain c) has a thread: it keeps its chain's elements of column j in a local array for the whole window, walks
+# them in order for both sums, and trades its chain with the column's seven others, its neighbouring lanes of the warp,
+# by shuffles (`column_total`): each of the eight adds them in the tree and so holds the same total (a lane whose
+# partner's half comes first adds the two the other way round, the same bits). The columns of a head share the rows'
+# keys and queries, which a block stages in shared memory a tile of ROWS_STAGED rows at a time, beside the rows' values,
+# decays and betas (`scan_kernel` builds the kernel for one dk): a tile changes when the inputs are loaded, not what is
+# computed from them. The twin runs the same loop over i, vectorised over (h, j). Value head h reads key head h // (nv /
+# nk): consecutive value heads share a key head. Row by row, the twin's steps face the kernel's: decay and read, delta,
+# write and output.
 show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
      align=[("for r in range(rows)", "for u in range(min(ROWS_STAGED"),
             ("decayed = state", "a = decays[u]"),

@@ -12,9 +12,9 @@ L2-normalised), its value v [dv], decay `a = exp(g)` and write strength `beta`:
 
 Every multiply-add above is `fma_rn`, rounded once to float32 (the GPU's `fma.rn.f32`, which the twin reproduces
 exactly, fmath.py). Each sum over i runs as SUM_CHAINS interleaved chains (chain c takes i = c, c + SUM_CHAINS, ...
-in order), added at the end in a fixed tree, (c0 + c1) + (c2 + c3): a sum is a chain of dependent multiply-adds,
-each waiting for the one before, and four chains a quarter as long keep the multiply-add unit busy where one chain
-would wait on every result.
+in order), added at the end in a fixed tree of neighbours, ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)): a sum
+is a chain of dependent multiply-adds, each waiting for the one before, and eight chains an eighth as long, each on a
+thread of its own, wait an eighth as long where one chain would wait on every result.
 
 The scan logs each row's (decay, delta, key). Replaying the log with `deltanet_apply` (decay, then write) rebuilds
 the scan's states bit for bit, which is how a stream keeps the rows of a window it accepted.
@@ -26,18 +26,18 @@ parent's state bit for bit. A chain never rebuilds, so it pays nothing for trees
 
 Value head h reads query/key head `h // (nv / nk)`: consecutive value heads share one key head.
 
-Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i =
-c, c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last and
+Mapping (the scan): SUM_CHAINS threads per (value head h, column j), one per chain: thread c holds the elements i = c,
+c + SUM_CHAINS, ... of column j of S (the ones its chain sums, in a local array) from the first row to the last and
 walks them in order for both sums. The column's threads are neighbouring lanes of one warp: they trade their chains by
-shuffles and each adds the four in the twin's tree (`chains_total`; `column_total`), so every sum has one fixed order
-and all four hold the same total. No thread ever touches another column's state, so a rebuild reads only deltas its own
-column logged, and each of the column's threads logs the delta (the same bits) so that it reads back its own write. The
-scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and queries, and its
-rows' v, decay, beta and parent, in shared memory at once (two barriers a tile), loaded while the tile before runs; the
-tile's rows then run in order, each as the twin's row, every warp at its own pace (no barrier inside a tile). The scan
-also writes the log: each row's delta column, and (from one block of the head, its blocks taking turns row by row, so
-that none runs the others' share) its decay and its key, the shared key head repeated for every value head that reads
-it.
+shuffles and each adds the SUM_CHAINS in the twin's tree (`chains_total`; `column_total`), so every sum has one fixed
+order and all SUM_CHAINS hold the same total. No thread ever touches another column's state, so a rebuild reads only
+deltas its own column logged, and each of the column's threads logs the delta (the same bits) so that it reads back its
+own write. The scan's block, columns of one head, walks the rows in tiles of ROWS_STAGED: it stages a tile's keys and
+queries, and its rows' v, decay, beta and parent, in shared memory at once (two barriers a tile), loaded while the tile
+before runs; the tile's rows then run in order, each as the twin's row, every warp at its own pace (no barrier inside a
+tile). The scan also writes the log: each row's delta column, and (from one block of the head, its blocks taking turns
+row by row, so that none runs the others' share) its decay and its key, the shared key head repeated for every value
+head that reads it.
 
 Mapping (the apply): it has no sum, so every element S[h, i, j] is a chain of its own (decay, then write, per kept
 row: `S[h, i, j] * decay[h]`, then `+ key[h, i] * delta[h, j]`, one fma): one thread per element, which reads it,
@@ -81,13 +81,16 @@ def scan_inputs(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
     return (q, k, np.ascontiguousarray(conv[:, 2 * width:]), *deltanet_gates(b, a, a_log, dt_bias))
 
 
-SUM_CHAINS = 4  # the chains a sum over the key dimension runs as (the adding tree below is written for four)
+SUM_CHAINS = 8  # the chains a sum over the key dimension runs as (a power of two: the adding tree halves them)
 
 
 def chains_total(chains):
-    """A sum's chains added in the fixed tree: (c0 + c1) + (c2 + c3), float32, on arrays (the scan kernel's
-    `column_total` adds the same tree by warp shuffles)."""
-    return (chains[0] + chains[1]) + (chains[2] + chains[3])
+    """A sum's chains added in the fixed tree of neighbours, ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)),
+    float32, on arrays (the scan kernel's `column_total` adds the same tree by warp shuffles)."""
+    level = list(chains)
+    while len(level) > 1:
+        level = [level[n] + level[n + 1] for n in range(0, len(level), 2)]
+    return level[0]
 
 
 def _column_sum(state, vec):
@@ -163,17 +166,17 @@ def deltanet_apply(state, log, path):
 
 
 # --- the kernels --------------------------------------------------------------------------------------------------
-# scan_inputs and the apply: see the module's docstring. The scan: SUM_CHAINS threads per (value head h, column j) of
-# a grid over [nv, dv]; thread c of a column keeps the column's elements of its chain (i = c, c + SUM_CHAINS, ...) in
-# `col`, a local array, from the first row to the last, and nothing else ever touches them. With a quarter of the
-# column a thread, the multiply-adds a row runs one after another are a quarter as many, and the registers that hold
-# the column leave room for more threads. The scan's blocks hold columns of one head, which share the rows' keys and
-# queries: the block walks the window in tiles of ROWS_STAGED rows and stages a whole tile's keys and queries in
-# shared memory at once, beside the tile's values of its columns and its rows' decays, betas and parents. Within a
-# tile the rows run one after another, each with the same operations in the same order as the twin's row: a tile
-# changes when the inputs are loaded, never what is computed from them.
+# scan_inputs and the apply: see the module's docstring. The scan: SUM_CHAINS threads per (value head h, column j) of a
+# grid over [nv, dv]; thread c of a column keeps the column's elements of its chain (i = c, c + SUM_CHAINS, ...) in
+# `col`, a local array, from the first row to the last, and nothing else ever touches them. With an eighth of the column
+# a thread, the multiply-adds a row runs one after another are an eighth as many, and the scan has as many warps as a
+# head's columns times SUM_CHAINS: enough to give most multiprocessors a block. The scan's blocks hold columns of one
+# head, which share the rows' keys and queries: the block walks the window in tiles of ROWS_STAGED rows and stages a
+# whole tile's keys and queries in shared memory at once, beside the tile's values of its columns and its rows' decays,
+# betas and parents. Within a tile the rows run one after another, each with the same operations in the same order as
+# the twin's row: a tile changes when the inputs are loaded, never what is computed from them.
 
-COLUMNS = 32  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
+COLUMNS = 16  # columns per block of the scan (each sum in one fixed order, so the bits do not depend on it)
 SCAN_THREADS = COLUMNS * SUM_CHAINS  # a thread per column and chain: consecutive threads are one column's chains
 ROWS_STAGED = 8  # rows per scan tile; a thread holds its share of the next tile in registers while a tile runs
 # a window of one row's depths and path slots: constants of the kernel that scans one row of many lanes
@@ -242,9 +245,10 @@ def scan_kernel(dk, lanes=False):
     staged_per_thread = -(-ROWS_STAGED * dk // SCAN_THREADS)  # a tile's key (and query) values each thread stages
     values_per_thread = ROWS_STAGED * COLUMNS // SCAN_THREADS  # and its values
     loaded_per_thread = 2 * staged_per_thread + values_per_thread + 2  # and a row's decay and beta
-    # A tile row's keys (and queries) by chain, each chain SUM_CHAINS floats further along the 32 banks than the one
-    # before: a warp's four chains read different banks, and four of a chain's elements are one 16-byte load.
-    chain_pitch = per_chain + SUM_CHAINS
+    # A tile row's keys (and queries) by chain, each chain 4 floats further along the 32 banks than the one before
+    # (with per_chain a multiple of 8): one column's chains read different banks, and four of a chain's elements are one
+    # 16-byte load.
+    chain_pitch = per_chain + 4
 
     @cuda.jit(device=True)
     def load_chain(start, col, chain_length):
@@ -299,11 +303,14 @@ def scan_kernel(dk, lanes=False):
 
     @cuda.jit(device=True)
     def column_total(chain):
-        """The column's sum, in every one of its SUM_CHAINS threads (lanes 4k .. 4k + 3 of a warp) by two shuffles:
-        lanes 0 and 1 add (c0 + c1) + (c2 + c3), the twin's tree, and lanes 2 and 3 (c2 + c3) + (c0 + c1), the
-        same bits (a float addition is commutative). The warp's columns need no other warp's: no barrier."""
+        """The column's sum, in every one of its SUM_CHAINS threads (lanes 8k .. 8k + 7 of a warp) by three
+        shuffles: each level adds a lane's partial sum and its neighbour's, partner lane ^ 1, then ^ 2, then ^ 4,
+        which is the twin's tree in every lane (a lane whose partner's half comes first adds the same two values
+        the other way round, the same bits: a float addition is commutative). The warp's columns need no other
+        warp's: no barrier."""
         pair = chain + shfl_xor(chain, 1, FULL_WARP)
-        return pair + shfl_xor(pair, 2, FULL_WARP)
+        quad = pair + shfl_xor(pair, 2, FULL_WARP)
+        return quad + shfl_xor(quad, 4, FULL_WARP)
 
     @cuda.jit(device=True)
     def scan_window(states, new_states, lane, row0, rows, q, k, v, decay, beta, depths, path_slots, out, log_decay,
