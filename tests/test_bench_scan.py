@@ -1,5 +1,5 @@
-"""`tensorfold bench scan` on the CPU (the twin), or under --gpu the kernel: a window of each row count timed, and
-bad row counts refused."""
+"""`tensorfold bench scan` on the CPU (the twin), or under --gpu the kernel: a window of each row count and its keep
+timed, and bad row counts refused."""
 import json
 
 from tensorfold.cli.bench.checkpoint import bench_config
@@ -12,7 +12,8 @@ def test_bench_scan_times_each_window(tmp_path, on_gpu):
     assert main(["bench", "scan", "--config", "tiny", "--rows", "1,5", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     assert results["gpu"] == on_gpu and [w["rows"] for w in results["windows"]] == [1, 5]
-    assert all(w["seconds"] > 0 and w["seconds_per_row"] == w["seconds"] / w["rows"] for w in results["windows"])
+    assert all(w["seconds"] > 0 and w["seconds_per_row"] == w["seconds"] / w["rows"] and w["keep_seconds"] > 0
+               for w in results["windows"])
 
 
 def test_scan_inputs_have_the_configs_shapes_and_unit_keys():

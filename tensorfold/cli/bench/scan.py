@@ -3,7 +3,8 @@ at the linear-attention shapes of a Qwen3.5 size (its key and value heads and th
 
 Each block of the scan walks its window's rows one after another, so a window's time grows with its rows: a decode
 row, a drafted window of 16 rows and a prompt chunk of 2,048 are each a row count here, and the figure is the time of
-a call and of one of its rows. Each window is a chain, its maps (rows' depths and paths) uploaded once before it is
+a call and of one of its rows. Beside each window it times the keep of all its rows: `deltanet_apply` replaying the
+window's log into the state before it, as a stream keeping a drafted chain does. Each window is a chain, its maps (rows' depths and paths) uploaded once before it is
 timed, as a model's are. On a GPU the calls run on the cuda backend's stream and memory pool (their outputs and
 logs come from the pool, as in a model), timed between events behind a kernel that holds the stream
 (`device_seconds`); without one, the twin by wall clock, once.
@@ -51,10 +52,15 @@ def run(args) -> int:
         inputs = [backend.upload(a) for a in scan_inputs(rng, rows, config)]
         chain = paths.chain(rows)  # its maps uploaded once, as a model's are for each chunk length
         maps = [backend.upload(paths.depths(chain)), backend.upload(paths.path_slots(chain))]
-        seconds = device_seconds(backend, functools.partial(backend.deltanet_scan, *inputs, *maps),
-                                 args.repeats if gpu else 1)
-        results["windows"].append({"rows": rows, "seconds": seconds, "seconds_per_row": seconds / rows})
-        print(f"a window of {rows:5d} rows: {seconds * 1e6:10.1f} us, {seconds / rows * 1e6:8.3f} us a row", flush=True)
+        repeats = args.repeats if gpu else 1
+        seconds = device_seconds(backend, functools.partial(backend.deltanet_scan, *inputs, *maps), repeats)
+        log = backend.deltanet_scan(*inputs, *maps)[2]
+        path = backend.upload(np.arange(rows, dtype=np.int32))  # every row kept, its indices on the device
+        keep = device_seconds(backend, functools.partial(backend.deltanet_apply, inputs[0], log, path), repeats)
+        results["windows"].append({"rows": rows, "seconds": seconds, "seconds_per_row": seconds / rows,
+                                   "keep_seconds": keep})
+        print(f"a window of {rows:5d} rows: {seconds * 1e6:10.1f} us, {seconds / rows * 1e6:8.3f} us a row; "
+              f"its keep {keep * 1e6:8.1f} us", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
