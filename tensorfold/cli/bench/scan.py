@@ -1,13 +1,13 @@
 """`tensorfold bench scan`: the Gated DeltaNet scan (tensorfold/cuda/deltanet.py) alone, one window of each row count
 at the linear-attention shapes of a Qwen3.5 size (its key and value heads and their dims), on random inputs.
 
-Each block of the scan walks its window's rows one after another, so a window's time grows with its rows: a decode
-row, a drafted window of 16 rows and a prompt chunk of 2,048 are each a row count here, and the figure is the time of
-a call and of one of its rows. Beside each window it times the keep of all its rows: `deltanet_apply` replaying the
-window's log into the state before it, as a stream keeping a drafted chain does. Each window is a chain, its maps (rows' depths and paths) uploaded once before it is
-timed, as a model's are. On a GPU the calls run on the cuda backend's stream and memory pool (their outputs and
-logs come from the pool, as in a model), timed between events behind a kernel that holds the stream
-(`device_seconds`); without one, the twin by wall clock, once.
+Each block of the scan walks its window's rows one after another, so a window's time grows with its rows: a decode row,
+a drafted window of 16 rows and a prompt chunk of 2,048 are each a row count here, and the figure is the time of a call
+and of one of its rows. Beside each window it times the keep of all its rows: `deltanet_apply` replaying the window's
+log into the state before it, as a stream keeping a drafted chain does. Each window is a chain, its maps (rows' depths
+and paths) uploaded once before it is timed, as a model's are. On a GPU the calls run on the cuda backend's stream and
+memory pool (their outputs and logs come from the pool, as in a model), timed between events behind a kernel that holds
+the stream (`device_seconds`); without one, the twin by wall clock, once.
 """
 import functools
 import json
