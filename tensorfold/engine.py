@@ -391,13 +391,8 @@ class Engine:
         """Show the drafter the tapped layer outputs at the rows the stream is about to keep, in order."""
         if stream.draft_state is None or not window.features:
             return
-        rows = list(rows)
         position = stream.state.length if window.issued_at is None else window.issued_at
-        if rows == list(range(len(rows))):  # a chain's kept rows: the window's arrays, whole (a slice costs host time)
-            self.drafter.observe(stream.draft_state, window.features, position, rows=len(rows))
-            return
-        kept = [self.model.backend.concat_rows([f[r:r + 1] for r in rows]) for f in window.features]  # a tree's path
-        self.drafter.observe(stream.draft_state, kept, position)
+        self.drafter.observe(stream.draft_state, window.features, position, kept=list(rows))
 
     def _sample(self, request: Request, logits_row) -> int:
         """The token for the request's next output position. The processing, the grammar's mask and the logprobs

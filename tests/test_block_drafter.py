@@ -86,8 +86,8 @@ def test_control_features_in_the_wrong_order_cost_acceptance_not_exactness(model
     drafter = make_drafter(DRAFTER, model, "chain")
     honest = run(model, prompts[:1], drafter, 1, SAMPLINGS["greedy"])[0]
     real_observe = drafter.observe
-    monkeypatch.setattr(drafter, "observe", lambda state, features, position, rows=None: real_observe(
-        state, features[::-1], position, rows))
+    monkeypatch.setattr(drafter, "observe", lambda state, features, position, kept=None: real_observe(
+        state, features[::-1], position, kept))
     confused = run(model, prompts[:1], drafter, 1, SAMPLINGS["greedy"])[0]
     assert sha(confused.output) == sha(honest.output) == solo["greedy"][0]
     assert confused.stats.accepted < honest.stats.accepted

@@ -188,8 +188,8 @@ class Watched(NgramDrafter):
     def new_stream(self):
         return []
 
-    def observe(self, state, features, position, rows=None):
-        state.extend(range(position, position + (features[0].shape[0] if rows is None else rows)))
+    def observe(self, state, features, position, kept=None):
+        state.extend(range(position, position + (features[0].shape[0] if kept is None else len(kept))))
 
 
 def shown_only_drafted_rounds(monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 import tensorfold
 from tensorfold.api import Model
 from tensorfold.backends import make_backend
-from tensorfold.drafters import block
+from tensorfold.drafters import block, replay
 from tensorfold.drafters.block import BlockDrafter, DFlashModel, load_dflash
 from tensorfold.drafters.dflash_checkpoint import DFlashConfig, expected_shapes, load_dflash_weights
 from tensorfold.drafters.replay import DraftGraphs
@@ -95,7 +95,7 @@ def draft_rounds(model, graphs: bool, rounds: int = len(ROUNDS)) -> list:
         tokens = [int(t) for t in rng.integers(0, model.config.mask_token_id, state.next_position + 1)]
         ids, logprobs = drafter.block_topk(tokens, rows - 1, k, state)
         proposed_over = state.keys[0].shape[0]
-        drafter.observe(state, features(rows), position=state.next_position, rows=kept)  # a window's, whole
+        drafter.observe(state, features(rows), position=state.next_position, kept=range(kept))  # a window's, whole
         sizes.append((proposed_over, state.keys[0].shape[0]))
         committed = b"".join(ops.to_host(b)[:state.length].tobytes() for b in state.buffers())
         seen.append((ids.tobytes() + logprobs.tobytes(), committed))
@@ -150,6 +150,50 @@ def test_control_a_context_written_at_the_recorded_length_is_caught(drafter_mode
     frozen(monkeypatch, 2, 1)
     (got,) = draft_rounds(drafter_model, graphs=True, rounds=1)
     assert got[0] == eager[0][0] and got[1] != eager[0][1]
+
+
+TREE_PATH = [0, 2]  # a tree's path through a window: the root, then a child that is not the window's next row
+
+
+def tree_path_context(model, graphs: bool, gathered: bool = False) -> bytes:
+    """Two rows observed, then a window of a block's rows of which TREE_PATH is kept: the committed keys and values
+    bytes. `gathered`: the path's rows given alone, in order (as an eager extend of them would take them), not the
+    window's arrays with the path."""
+    drafter, rng, ops = BlockDrafter(model, graphs=graphs), np.random.default_rng(5), model.ops
+    hidden = model.config.hidden_size
+    first = [rng.normal(size=(2, hidden)).astype(np.float32) for _ in drafter.taps]
+    window = [rng.normal(size=(model.config.block_size, hidden)).astype(np.float32) for _ in drafter.taps]
+    state = drafter.new_stream()
+    drafter.observe(state, [ops.upload(f) for f in first], position=0)
+    if gathered:
+        drafter.observe(state, [ops.upload(f[TREE_PATH]) for f in window], position=2)
+    else:
+        drafter.observe(state, [ops.upload(f) for f in window], position=2, kept=TREE_PATH)
+    assert state.length == 2 + len(TREE_PATH)
+    return b"".join(ops.to_host(b)[:state.length].tobytes() for b in state.buffers())
+
+
+@pytest.fixture(scope="module")
+def path_alone(drafter_model):
+    return tree_path_context(drafter_model, graphs=False, gathered=True)
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_tree_path_kept_from_its_window_commits_its_rows_bits(drafter_model, path_alone, graphs):
+    """A tree's path kept from the window's whole arrays (the extend's table sends the path's rows to the context's
+    end, the others past it) commits what an extend of the path's rows alone commits, replayed and eager."""
+    assert tree_path_context(drafter_model, graphs) == path_alone
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_control_a_path_taken_as_a_chains_first_rows_is_caught(drafter_model, path_alone, graphs, monkeypatch):
+    """Control: an extend table that commits the window's first rows, as for a chain, whatever the path: row 1 is
+    committed where the path kept row 2."""
+    table = replay.extend_table
+    first_rows = lambda length, position, kept, given: table(length, position, range(len(kept)), given)  # noqa: E731
+    monkeypatch.setattr(replay, "extend_table", first_rows)
+    monkeypatch.setattr(block, "extend_table", first_rows)
+    assert tree_path_context(drafter_model, graphs) != path_alone
 
 
 # --- the engine -------------------------------------------------------------------------------------------------------

@@ -28,10 +28,10 @@ class Drafter:
         buffers (so that recordings made on them replay); here a new one."""
         return self.new_stream()
 
-    def observe(self, state, features: list, position: int, rows: int | None = None) -> None:
-        """Rows the stream committed: `features[j]` holds layer taps[j]'s output [n, hidden] at positions
-        position, position + 1, ...; with `rows`, only the first `rows` of the n (a window's accepted prefix, the
-        window's own arrays passed whole)."""
+    def observe(self, state, features: list, position: int, kept: list | None = None) -> None:
+        """Rows the stream committed, at positions position, position + 1, ...: `features[j]` holds layer taps[j]'s
+        output [n, hidden] at a window's n rows (the window's own arrays, passed whole), of which the rows `kept`
+        were committed, in that order (a chain's first rows, or a tree's path; all n by default)."""
 
     def save(self, state):
         """A host copy of a stream's state, kept with a prompt-cache snapshot: None (nothing to keep, as here), or an

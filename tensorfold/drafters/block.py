@@ -117,15 +117,16 @@ class DFlashModel:
         v = ops.linear(x, w[a + "v_proj.weight"]).reshape(rows, c.num_key_value_heads, c.head_dim)
         return k, v
 
-    def extend(self, context: DraftContext, features: list, position: int) -> None:
-        """Append n committed rows at positions position .. position + n - 1 to the context; `features` holds the F
-        tapped target layer outputs [n, H], in target_layer_ids order."""
+    def extend(self, context: DraftContext, features: list, position: int, kept: list | None = None) -> None:
+        """Commit rows of `features` (the F tapped target layer outputs [n, H], in target_layer_ids order) to the
+        context at positions position, position + 1, ...: the rows `kept`, in that order, all n by default."""
         rows = features[0].shape[0]
+        kept = range(rows) if kept is None else kept
         assert len(features) == self.config.num_taps, f"{len(features)} feature arrays for {self.config.num_taps} taps"
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
         self.reserve(context, rows)
-        self.write_context(context, features, self.ops.upload(extend_table(context.length, position, rows)))
-        context.commit(position, rows)
+        self.write_context(context, features, self.ops.upload(extend_table(context.length, position, kept, rows)))
+        context.commit(position, len(kept))
 
     def write_context(self, context: DraftContext, features: list, table) -> None:
         """Each row's keys and values, from its tapped features, written into every layer's buffers: roped at
@@ -233,15 +234,14 @@ class BlockDrafter(Drafter):
         state.positions = np.zeros(0, np.int64)
         return state
 
-    def observe(self, state: DraftContext, features: list, position: int, rows: int | None = None) -> None:
-        """Committed rows at positions position .. position + rows - 1, with their tapped features [n, H] each (the
-        first `rows` of the n; all of them by default)."""
-        rows = features[0].shape[0] if rows is None else rows
+    def observe(self, state: DraftContext, features: list, position: int, kept: list | None = None) -> None:
+        """Committed rows at positions position, position + 1, ..., with their tapped features [n, H] each: the rows
+        `kept` of the n, in that order (all by default)."""
+        kept = range(features[0].shape[0]) if kept is None else kept
         if self.graphs is not None and self.graphs.fits(features):
-            self.graphs.extend(state, features, position, rows)
+            self.graphs.extend(state, features, position, kept)
         else:
-            self.model.extend(state, [f[:rows] for f in features] if rows < features[0].shape[0] else features,
-                              position)
+            self.model.extend(state, features, position, kept)
 
     def save(self, state: DraftContext) -> "SavedContext":
         """The context's rows on the host: a prompt-cache snapshot keeps them, so a resumed stream drafts as well as

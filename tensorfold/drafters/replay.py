@@ -11,12 +11,12 @@ rounds of one stream launch the same kernels on the same buffers, and only a few
   key counts there, its partials holding chunks for the whole buffer (`max_keys`), so its grid does not depend on
   the context's length. After the replay only the top-k ids and log-probabilities come to the host.
 * An extend (`DraftGraphs.extend`): the features are copied into fixed staging buffers of `block_size` rows (a
-  round keeps at most a block's rows; a chain's whole window is copied, its kept rows first, so a window of a
-  block's rows needs no slice), and `DFlashModel.write_context` runs over all of them: each row's keys and values
-  depend on its own features alone, so the kept rows get the bits an eager extend of them alone gives, and the rows
-  past them (rejected or stale staging rows) land past the context's end, where the next block or extend
-  overwrites them. Only the kept rows are committed (`DraftContext.commit`). Features of more rows (a long
-  prompt chunk) are extended eagerly.
+  round keeps at most a block's rows; a window's arrays are copied whole, so neither a chain's kept rows nor a
+  tree's path needs a slice or a gather), and `DFlashModel.write_context` runs over all of them. Its table
+  (extend_table) sends the kept rows, in order, to the context's end and every other row (rejected or stale staging
+  rows) past them, where the next block or extend overwrites them. Each row's keys and values depend on its own
+  features and position alone, so the kept rows get the bits an eager extend of them alone gives. Only the kept rows
+  are committed (`DraftContext.commit`). Features of more rows (a long prompt chunk) are extended eagerly.
 
 In both, the round's integers are written into the recording's pinned host buffer (`CudaBackend.mapped`: a store,
 no driver call) and the graph's first kernel copies them into a fixed device table that every later kernel reads.
@@ -61,11 +61,17 @@ def block_table(length: int, root_id: int, mask_id: int, rows: int, start: int) 
                      length + slots], np.int32)
 
 
-def extend_table(length: int, position: int, rows: int) -> np.ndarray:
-    """Committed rows' integers, int32 [2, rows]: their positions (position on) and the cache rows their keys and
-    values go to (the context's end on, `length`)."""
-    slots = np.arange(rows)
-    return np.array([position + slots, length + slots], np.int32)
+def extend_table(length: int, position: int, kept: list, given: int) -> np.ndarray:
+    """Integers of an extend over `given` feature rows of which `kept` are committed, in that order (a chain's first
+    rows, or a tree's path), int32 [2, given]: each row's position and the cache row its keys and values go to. The
+    j-th kept row goes to position + j at the context's end (`length`) + j; the other rows go after them, past the
+    end, where the next block or extend overwrites them: every row has a cache row of its own, so no two writes meet.
+    """
+    kept, chosen = list(kept), set(kept)
+    rest = [row for row in range(given) if row not in chosen]
+    table = np.empty((2, given), np.int32)
+    table[:, kept + rest] = position + np.arange(given), length + np.arange(given)
+    return table
 
 
 RECORDINGS_A_CONTEXT = 2  # a stream's proposal and its extend
@@ -102,10 +108,10 @@ class DraftGraphs:
         """Whether `extend` takes these rows (no more than the staging buffers hold)."""
         return features[0].shape[0] <= self.staging[0].shape[0]
 
-    def extend(self, context, features: list, position: int, rows: int) -> None:
-        """model.extend(context, the first `rows` of features, position), from its recording, for features of `fits`
-        rows. Every row of the features is staged (a window's whole arrays, as they are: a block's rows need no
-        slice), and only the first `rows` are committed."""
+    def extend(self, context, features: list, position: int, kept: list) -> None:
+        """model.extend(context, features, position, kept), from its recording, for features of `fits` rows. The
+        features are staged whole (a window's arrays, as they are: a block's rows need no slice, a tree's path no
+        gather), and the table commits the `kept` rows."""
         given, staged = features[0].shape[0], self.staging[0].shape[0]
         assert position >= context.next_position, f"rows at {position} would go before the context's end"
         self.model.reserve(context, staged)
@@ -115,8 +121,8 @@ class DraftGraphs:
             self.ops.copy_into(staging, feature)
         key = ("extend", tuple(id(b) for b in context.buffers()))
         recorded = self._recording(key, lambda: self._record_extend(context))
-        self._replay(recorded, extend_table(context.length, position, staged))
-        context.commit(position, rows)
+        self._replay(recorded, extend_table(context.length, position, kept, staged))
+        context.commit(position, len(kept))
 
     def _recording(self, key, record) -> Recorded:
         """The recording for `key`, made by `record()` if there is none; the least recently used past capacity go."""
