@@ -39,19 +39,31 @@ def _top_experts_swapped(inputs):
 
 
 def _combine_cases(mode, rng):
-    shapes = [(5, 2, 64), (3, 3, 40)] if mode == "sim" else [(1, 8, 2048), (16, 8, 2048), (512, 8, 2048)]
+    """(rows, k, hidden, the shared expert folded in as rank k)"""
+    shapes = [(5, 2, 64, False), (3, 3, 40, True)] if mode == "sim" else [
+        (1, 8, 2048, False), (16, 8, 2048, False), (512, 8, 2048, False), (1, 8, 2048, True), (512, 8, 2048, True)]
     out = []
-    for rows, k, hidden in shapes:
+    for rows, k, hidden, folded in shapes:
         weights = rng.dirichlet(np.ones(k), rows).astype(np.float32)
-        out.append((f"{rows}x{k}x{hidden}", {
-            "routed": rng.normal(size=(rows, k, hidden)).astype(np.float32), "weights": weights,
-            "shared": rng.normal(size=(rows, hidden)).astype(np.float32),
+        out.append((f"{rows}x{k}x{hidden}{', shared folded in' if folded else ''}", {
+            "routed": rng.normal(size=(rows, k + folded, hidden)).astype(np.float32), "weights": weights,
+            "shared": None if folded else rng.normal(size=(rows, hidden)).astype(np.float32),
             "gate_logit": rng.normal(0, 2, (rows, 1)).astype(np.float32)}))
     return out
 
 
 def _combine_launch(routed, weights, shared, gate_logit):
-    return to_host(combine_launch(*(cuda.to_device(a) for a in (routed, weights, shared, gate_logit))))
+    shared = None if shared is None else cuda.to_device(shared)
+    return to_host(combine_launch(cuda.to_device(routed), cuda.to_device(weights), shared, cuda.to_device(gate_logit)))
+
+
+def _shared_rows_swapped(inputs):
+    """Rows 0 and 1 of the shared expert's output swapped: its own array's, or routed's rank k where folded in."""
+    if inputs["shared"] is not None:
+        return swap_rows("shared")(inputs)
+    routed, k = inputs["routed"].copy(), inputs["weights"].shape[1]
+    routed[[0, 1], k] = routed[[1, 0], k]
+    return {**inputs, "routed": routed}
 
 
 def _gate_left_out(inputs):
@@ -69,5 +81,5 @@ CONTRACT = [
                  _top_experts_swapped}, kernels=(route_kernel,)),
     KernelCheck("moe_combine", combine, _combine_launch, _combine_cases,
                 {"the shared expert's gate left out": _gate_left_out, "the ranks' weights swapped": _ranks_swapped,
-                 "two rows swapped": swap_rows("shared")}, kernels=(combine_kernel,)),
+                 "the shared expert's rows swapped": _shared_rows_swapped}, kernels=(combine_kernel,)),
 ]

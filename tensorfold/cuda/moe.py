@@ -48,9 +48,13 @@ def route(logits, k):
 
 def combine(routed, weights, shared, gate_logit):
     """out [rows, hidden]: the routed outputs [rows, k, hidden] weighted rank by rank, then the shared expert's
-    output [rows, hidden] times sigmoid(gate_logit [rows, 1]); each step one float32 rounding (`fma32`)."""
+    output [rows, hidden] times sigmoid(gate_logit [rows, 1]); each step one float32 rounding (`fma32`). With
+    `shared` None the shared expert is folded in (experts.py): routed is [rows, k + 1, hidden], its rank k the
+    shared expert's output."""
+    k = np.shape(weights)[1]
+    shared = routed[:, k] if shared is None else shared
     acc = np.zeros(np.shape(shared), np.float32)
-    for n in range(np.shape(weights)[1]):
+    for n in range(k):
         acc = fma32.py_func(weights[:, n, None], routed[:, n], acc)
     return fma32.py_func(sigmoid32_twin(gate_logit), shared, acc)
 
@@ -120,7 +124,9 @@ def route_kernel(logits, k, ids, weights):
 
 
 @kernel
-def combine_kernel(routed, weights, shared, gate_logit, out):
+def combine_kernel(routed, weights, shared, shared_rank, gate_logit, out):
+    """`combine`, the shared expert's output read at shared[r, shared_rank] (routed and rank k where it is folded
+    in, else its own array seen as [rows, 1, hidden] and rank 0)."""
     i = cuda.grid(1)
     hidden = out.shape[1]
     r, o = i // hidden, i % hidden
@@ -128,7 +134,7 @@ def combine_kernel(routed, weights, shared, gate_logit, out):
         acc = np.float32(0)
         for n in range(weights.shape[1]):
             acc = fma32(weights[r, n], routed[r, n, o], acc)
-        out[r, o] = fma32(sigmoid32(gate_logit[r, 0]), shared[r, o], acc)
+        out[r, o] = fma32(sigmoid32(gate_logit[r, 0]), shared[r, shared_rank, o], acc)
 
 
 # --- launchers ----------------------------------------------------------------------------------------------------
@@ -144,7 +150,10 @@ def route_launch(logits, k, stream=0):
 
 
 def combine_launch(routed, weights, shared, gate_logit, stream=0):
-    """`combine` on the device: out [rows, hidden]."""
-    out = cuda.device_array(shared.shape, np.float32, stream=stream)
-    combine_kernel[blocks_for(shared.size), BLOCK, stream](routed, weights, shared, gate_logit, out)
+    """`combine` on the device: out [rows, hidden]. A folded shared expert is read inside routed: a view of its rank
+    would be strided, and numba builds a strided view's extents on the host row by row."""
+    rows, hidden = routed.shape[0], routed.shape[2]
+    shared, shared_rank = (routed, weights.shape[1]) if shared is None else (shared.reshape(rows, 1, hidden), 0)
+    out = cuda.device_array((rows, hidden), np.float32, stream=stream)
+    combine_kernel[blocks_for(rows * hidden), BLOCK, stream](routed, weights, shared, shared_rank, gate_logit, out)
     return out

@@ -87,8 +87,6 @@ def sparse_block(net, x, prefix: str):
     logits, gate_logit = net.project(x, prefix)
     ids, weights = ops.route(logits, k)
     routed = ops.routed_experts(x, ids, experts)
-    if experts.shared:  # the shared expert's output is every row's rank k
-        routed, shared = routed[:, :k], routed[:, k]
-    else:
-        shared = net.swiglu_mlp(x, prefix + "shared_expert.")
+    # folded in, the shared expert's output is every row's rank k of routed, which the combine reads there
+    shared = None if experts.shared else net.swiglu_mlp(x, prefix + "shared_expert.")
     return ops.moe_combine(routed, weights, shared, gate_logit)
