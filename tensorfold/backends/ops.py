@@ -103,7 +103,7 @@ class Ops(Protocol):
         """[rows, k (+ 1: the shared expert, if `experts.shared`), hidden]: x's SwiGLU by each (row, rank)'s expert."""
 
     def moe_combine(self, routed, weights, shared, gate_logit):
-        """[rows, hidden]: routed [rows, k, hidden] weighted by rank, + shared times sigmoid(gate_logit [rows, 1])."""
+        """[rows, hidden]: routed [rows, k, hidden] by rank + shared (None: routed's rank k) * sigmoid(gate_logit)."""
 
     # --- sampling -------------------------------------------------------------------------------------------------
 

@@ -58,9 +58,12 @@ def _combine_launch(routed, weights, shared, gate_logit):
 
 
 def _shared_rows_swapped(inputs):
-    """Rows 0 and 1 of the shared expert's output swapped: its own array's, or routed's rank k where folded in."""
+    """Rows 0 and 1 of the shared expert's output swapped: its own array's, or routed's rank k where folded in (None
+    with one row)."""
     if inputs["shared"] is not None:
         return swap_rows("shared")(inputs)
+    if len(inputs["routed"]) < 2:
+        return None
     routed, k = inputs["routed"].copy(), inputs["weights"].shape[1]
     routed[[0, 1], k] = routed[[1, 0], k]
     return {**inputs, "routed": routed}
