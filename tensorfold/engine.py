@@ -370,8 +370,9 @@ class Engine:
         """Verify a tree: from the root, follow the child whose token equals the model's own token at that row; keep
         the path (shown to the drafter when it `observes`)."""
         request = stream.request
-        children = {r: [c for c, parent in enumerate(window.parents[:window.used]) if parent == r]
-                    for r in range(window.used)}
+        children = [[] for _ in range(window.used)]
+        for child, parent in enumerate(window.parents[1:window.used], 1):
+            children[parent].append(child)
         path, row = [0], 0
         while True:
             token = draw(row)

@@ -29,10 +29,13 @@ class RowMaps:
         each replay, whatever the tree's shape): depths [n], path_slots padded with zeros to [n, n], conv_taps
         [n, width]. The padding is never read: of row r's slots the scan reads 0 .. depth(r) - 1 and attention
         0 .. depth(r) (its keys past the stream's), and the conv reads conv_taps alone."""
-        slots = np.zeros((len(parents), len(parents)), np.int32)
-        table = paths.path_slots(parents)
-        slots[:, :table.shape[1]] = table
-        return np.concatenate([paths.depths(parents), slots.ravel(), paths.conv_taps(parents, width).ravel()])
+        rows, row_paths = len(parents), paths.row_paths(parents)
+        flat = [len(path) - 1 for path in row_paths]
+        for path in row_paths:
+            flat += path + [0] * (rows - len(path))
+        for taps in paths.conv_tap_rows(parents, width):
+            flat += taps
+        return np.array(flat, np.int32)
 
     @staticmethod
     def padded_size(rows: int, width: int) -> int:

@@ -41,32 +41,41 @@ def chain(rows: int) -> list:
 
 def depths(parents) -> np.ndarray:
     """[rows] int32: how many ancestors each row has in the window."""
-    out = np.zeros(len(parents), np.int32)
+    out = []
+    for parent in parents:
+        out.append(0 if parent < 0 else out[parent] + 1)
+    return np.array(out, np.int32)
+
+
+def row_paths(parents) -> list:
+    """Each row's path as a list: its ancestors' slots, root first, then its own. (Lists, not arrays: a recorded
+    tree round builds its maps on the host every round, and NumPy's per-call cost would dominate at 16 rows.)"""
+    out = []
     for r, parent in enumerate(parents):
-        out[r] = 0 if parent < 0 else out[parent] + 1
+        out.append((out[parent] if parent >= 0 else []) + [r])
     return out
 
 
 def path_slots(parents) -> np.ndarray:
     """[rows, deepest + 1] int32: row r's path, its ancestors' slots root first, then r at column depth(r)."""
-    depth = depths(parents)
-    table = np.zeros((len(parents), int(depth.max()) + 1), np.int32)
-    for r, parent in enumerate(parents):
-        if parent >= 0:
-            table[r] = table[parent]  # the parent's path, then r
-        table[r, depth[r]] = r
-    return table
+    paths = row_paths(parents)
+    deepest = max(len(path) for path in paths)
+    return np.array([path + [0] * (deepest - len(path)) for path in paths], np.int32)
+
+
+def conv_tap_rows(parents, width: int) -> list:
+    """`conv_taps` as lists."""
+    history = width - 1
+    taps = []
+    for r, parent in enumerate(parents):  # the parent's window less its oldest, or the tail; then its own input
+        taps.append((taps[parent][1:] if parent >= 0 else list(range(history))) + [history + r])
+    return taps
 
 
 def conv_taps(parents, width: int) -> np.ndarray:
     """[rows, width] int32: row r's conv window, oldest first, as rows of [tail (width - 1 rows); window inputs]:
     the inputs of its nearest ancestors running on into the tail, then its own."""
-    history = width - 1
-    taps = np.zeros((len(parents), width), np.int32)
-    for r, parent in enumerate(parents):
-        taps[r, :history] = taps[parent, 1:] if parent >= 0 else np.arange(history)  # the parent's, less its oldest
-        taps[r, history] = history + r
-    return taps
+    return np.array(conv_tap_rows(parents, width), np.int32)
 
 
 def sibling_pair(parents):
