@@ -1,7 +1,8 @@
 """Where a cold prefill of a Qwen3.5 size (the 2B by default) spends its time, on the cuda backend: the whole prompt
 at several chunk sizes, then one forward of a chunk with every backend call timed alone (the stream drained before
-and after each, so a call's time is its host work plus its device work), and how long the host takes to issue a chunk
-against how long the device takes to finish it.
+and after each, so a call's time is its host work plus its device work), then one with each call's device time
+alone (an event recorded on the stream before and after it, the stream never drained), and how long the host takes
+to issue a chunk against how long the device takes to finish it.
 
     python3 tools/profile_prefill.py [--config 2B] [--length 2048] [--chunks 512,1024,2048] [--json out.json]
 
@@ -13,11 +14,12 @@ import json
 import time
 
 import numpy as np
+from numba import cuda
 
 import tensorfold
 import tensorfold.api as api
 from tensorfold.cli.bench.checkpoint import CONFIG_NAMES, checkpoint_folder, default_cache
-from tensorfold.cli.bench.timing import TimingBackend
+from tensorfold.cli.bench.timing import UNCOUNTED, TimingBackend
 
 
 def prefill_seconds(model, ids, chunk):
@@ -42,6 +44,46 @@ def ops_of_chunk(model, ids):
     return sorted(((op, timer.counts[op], 1000 * s) for op, s in timer.seconds.items()), key=lambda row: -row[2])
 
 
+class EventBackend:
+    """A backend stand-in that records an event on the stream before and after each call (`spans`): the time between
+    a call's two events is its device work, read after the forward. The host must issue ahead of the device (a long
+    chunk's does): where it falls behind, a call's span also holds the device's wait for it."""
+
+    def __init__(self, backend):
+        self.backend, self.spans = backend, []
+
+    def __getattr__(self, name):
+        attribute = getattr(self.backend, name)
+        if not callable(attribute) or name in UNCOUNTED:
+            return attribute
+
+        def marked(*args, **kwargs):
+            start, end = cuda.event(), cuda.event()
+            start.record(self.backend.stream)
+            result = attribute(*args, **kwargs)
+            end.record(self.backend.stream)
+            self.spans.append((name, start, end))
+            return result
+        return marked
+
+
+def device_ops_of_chunk(model, ids):
+    """One forward of `ids` from a fresh state with each backend call's device time (`EventBackend`): (op, calls,
+    ms), slowest first."""
+    net, real = model.net, model.net.ops
+    marker = net.ops = EventBackend(real)
+    try:
+        net.forward(ids, net.new_state(), "last")
+        real.synchronize()
+    finally:
+        net.ops = real
+    totals = {}
+    for op, start, end in marker.spans:
+        calls, ms = totals.get(op, (0, 0.0))
+        totals[op] = (calls + 1, ms + start.elapsed_time(end))
+    return sorted(((op, calls, ms) for op, (calls, ms) in totals.items()), key=lambda row: -row[2])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="2B", choices=CONFIG_NAMES, help="the random checkpoint's Qwen3.5 size")
@@ -53,7 +95,7 @@ def main():
     model = tensorfold.load(checkpoint_folder(args.config, 0, args.cache or default_cache()), backend="cuda")
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.config.vocab_size, args.length).tolist()
-    results = {"length": args.length, "prefill": {}, "ops": {}}
+    results = {"length": args.length, "prefill": {}, "ops": {}, "device_ops": {}}
     for chunk in args.chunks:
         prefill_seconds(model, ids[:chunk + 8], chunk)  # warm-up: every kernel of this chunk shape compiled
         seconds = min(prefill_seconds(model, ids, chunk) for _ in range(2))
@@ -62,6 +104,11 @@ def main():
     for chunk in args.chunks:
         ops = results["ops"][chunk] = ops_of_chunk(model, ids[:chunk])
         print(f"one chunk of {chunk} rows, every call timed alone: {sum(ms for _, _, ms in ops):.1f} ms")
+        for op, calls, ms in ops:
+            print(f"  {op:24s} {calls:5d} calls {ms:9.2f} ms")
+    for chunk in args.chunks:
+        ops = results["device_ops"][chunk] = device_ops_of_chunk(model, ids[:chunk])
+        print(f"one chunk of {chunk} rows, every call's device time: {sum(ms for _, _, ms in ops):.1f} ms")
         for op, calls, ms in ops:
             print(f"  {op:24s} {calls:5d} calls {ms:9.2f} ms")
     chunk = args.chunks[0]
