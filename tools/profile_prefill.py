@@ -32,15 +32,21 @@ def prefill_seconds(model, ids, chunk):
     return time.perf_counter() - started
 
 
-def ops_of_chunk(model, ids):
-    """One forward of `ids` from a fresh state with every backend call timed alone: (op, calls, ms), slowest first."""
+def forward_through(model, ids, stand_in):
+    """One forward of `ids` from a fresh state with the model's backend calls going through `stand_in`."""
     net, real = model.net, model.net.ops
-    timer = net.ops = TimingBackend(real)
+    net.ops = stand_in
     try:
         net.forward(ids, net.new_state(), "last")
         real.synchronize()
     finally:
         net.ops = real
+    return stand_in
+
+
+def ops_of_chunk(model, ids):
+    """One forward of `ids` with every backend call timed alone: (op, calls, ms), slowest first."""
+    timer = forward_through(model, ids, TimingBackend(model.net.ops))
     return sorted(((op, timer.counts[op], 1000 * s) for op, s in timer.seconds.items()), key=lambda row: -row[2])
 
 
@@ -68,15 +74,8 @@ class EventBackend:
 
 
 def device_ops_of_chunk(model, ids):
-    """One forward of `ids` from a fresh state with each backend call's device time (`EventBackend`): (op, calls,
-    ms), slowest first."""
-    net, real = model.net, model.net.ops
-    marker = net.ops = EventBackend(real)
-    try:
-        net.forward(ids, net.new_state(), "last")
-        real.synchronize()
-    finally:
-        net.ops = real
+    """One forward of `ids` with each backend call's device time (`EventBackend`): (op, calls, ms), slowest first."""
+    marker = forward_through(model, ids, EventBackend(model.net.ops))
     totals = {}
     for op, start, end in marker.spans:
         calls, ms = totals.get(op, (0, 0.0))
