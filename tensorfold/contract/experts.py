@@ -21,21 +21,25 @@ from tensorfold.cuda.experts import (
     group_kernel,
     group_launch,
     grouped_kernel,
+    grouped_whole_kernel,
+    pair_rows,
     routed_experts,
     routed_experts_launch,
 )
-from tensorfold.cuda.gemm import combine_kernel, tile_products
+from tensorfold.cuda.gemm import combine_kernel, tile_products, whole_tile
 from tensorfold.cuda.quantize import quantize_kernel
 from tensorfold.device.grid import to_host
 
-# (rows, experts, k, hidden, expert width, shared: the last expert is the shared one, folded in, every row's rank k):
-# under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks'
-# (the last of each: more than 16 rows an expert on average, the prompt kernel's shape)
-EXPERTS_SIM = [(3, 4, 2, 64, 64, False), (2, 4, 2, 64, 64, True),  # 6 pairs on 4 experts: one expert holds two
-               (26, 3, 2, 64, 64, False)]
-EXPERTS_GPU = [(1, 256, 8, 2048, 512, False), (16, 256, 8, 2048, 512, False), (128, 256, 8, 2048, 512, False),
-               (512, 256, 8, 2048, 512, False), (1, 257, 8, 2048, 512, True), (16, 257, 8, 2048, 512, True),
-               (2048, 257, 8, 2048, 512, True)]
+# (rows, experts, k, hidden, expert width, shared: the last expert is the shared one, folded in, every row's rank k,
+# whole: the kernels to take, `grouped_products`, None for their own choice): under the simulator a few rows; on the
+# GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks' (the last of each: more than 16 rows
+# an expert on average, the prompt kernel's shape)
+EXPERTS_SIM = [(3, 4, 2, 64, 64, False, None), (2, 4, 2, 64, 64, True, None),  # 6 pairs on 4 experts: one expert
+               (26, 3, 2, 64, 64, False, None), (26, 3, 2, 64, 64, False, False)]  # holds two
+EXPERTS_GPU = [(1, 256, 8, 2048, 512, False, None), (16, 256, 8, 2048, 512, False, None),
+               (128, 256, 8, 2048, 512, False, None), (512, 256, 8, 2048, 512, False, None),
+               (1, 257, 8, 2048, 512, True, None), (16, 257, 8, 2048, 512, True, None),
+               (2048, 257, 8, 2048, 512, True, None), (2048, 257, 8, 2048, 512, True, False)]
 # (rows, k, experts, shared) of the grouping: under the simulator experts left unused and an expert taken by half
 # the rows; with `shared`, the last expert is the shared one, which no row routes to and every row takes
 GROUPS_SIM = [(5, 2, 4, False), (3, 3, 8, False), (9, 1, 2, False), (4, 2, 5, True)]
@@ -101,7 +105,7 @@ class AffineStack:
 def _experts_cases(bits):
     def cases(mode, rng):
         out = []
-        for rows, experts, k, hidden, width, shared in EXPERTS_SIM if mode == "sim" else EXPERTS_GPU:
+        for rows, experts, k, hidden, width, shared, whole in EXPERTS_SIM if mode == "sim" else EXPERTS_GPU:
             if mode == "sim" and bits == 8 and (shared or rows > 16):  # the simulator's slowest checks, the fold and
                 continue  # the prompt's shape, in one of the two
             for group_size in ((64,) if bits == 4 else (32,)) if mode == "sim" else (64,):
@@ -114,8 +118,9 @@ def _experts_cases(bits):
                 if rows > 1:
                     ids[1, 0] = 0
                 out.append((f"{rows} rows, {experts} experts top {k}" + (" (the last shared)" if shared else "") +
-                            f", {hidden}x{width}, groups of {group_size}",
-                            {"x": x, "ids": ids, "gate_up": gate_up, "down": down, "shared": shared}))
+                            f", {hidden}x{width}, groups of {group_size}" +
+                            ("" if whole is None else f", whole={whole}"),
+                            {"x": x, "ids": ids, "gate_up": gate_up, "down": down, "shared": shared, "whole": whole}))
         return out
     return cases
 
@@ -125,14 +130,14 @@ def _per_expert(stack, experts):
     return [stack.rows(e * size, (e + 1) * size) for e in range(experts)]
 
 
-def _experts_twin(x, ids, gate_up, down, shared):
+def _experts_twin(x, ids, gate_up, down, shared, whole):
     experts = down.out_features // x.shape[1]
     return routed_experts(x, ids, _per_expert(gate_up, experts), _per_expert(down, experts), shared=shared)
 
 
-def _experts_launch(x, ids, gate_up, down, shared):
+def _experts_launch(x, ids, gate_up, down, shared, whole):
     return to_host(routed_experts_launch(cuda.to_device(x), cuda.to_device(ids), gate_up.on_device(),
-                                         down.on_device(), shared))
+                                         down.on_device(), shared, whole=whole))
 
 
 def _row_to_the_wrong_expert(inputs):
@@ -161,7 +166,8 @@ def _experts_swapped(first, second):
     return control
 
 
-EXPERT_KERNELS = (group_kernel, grouped_kernel, expert_tile, tile_products, quantize_kernel, combine_kernel)
+EXPERT_KERNELS = (group_kernel, grouped_kernel, grouped_whole_kernel, pair_rows, expert_tile, tile_products,
+                  whole_tile, quantize_kernel, combine_kernel)
 EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "two experts' weights swapped": _experts_swapped(0, 1),
                    "the first and the last expert's weights swapped": _experts_swapped(0, -1),

@@ -7,15 +7,18 @@ from numba import cuda
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
 from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, launch_products, load_words,
-                                  quantize_shape, round_kernel)
+                                  quantize_shape, round_kernel, whole_bases, whole_kernel, whole_tile)
 from tensorfold.cuda.gemv import output_index, swiglu
 from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
 from tensorfold.device.grid import to_host
 from tensorfold.numerics.formats import bf16_to_f32, f32_to_bf16
 
 # (rows, outputs, columns): under the simulator a round's rows and a prompt chunk's; on the GPU every projection of
-# Qwen3.5-2B (hidden 2048) at 1, 16 and 512 rows, odd sizes, and the head
+# Qwen3.5-2B (hidden 2048) at 1, 16 and 512 rows, odd sizes, and the head. Each call takes the kernel its launcher
+# picks, and the shapes of WHOLE_SHAPES also the other kernel of a prompt (`whole`: K walked by each warp, or a chunk a
+# block and the combine)
 SIM_SHAPES = [(3, 11, 128), (17, 9, 64), (2, 8, 576)]  # the last: two chunks of K, the second short (same steps)
+WHOLE_SHAPES = {"sim": [(20, 9, 576)], "gpu": [(512, 2048, 6144), (640, 4096, 2048)]}
 GPU_SHAPES = [(1, 6144, 2048), (16, 6144, 2048), (512, 6144, 2048), (1, 2048, 2048), (16, 2048, 2048),
               (512, 2048, 2048), (1, 4096, 2048), (16, 4096, 2048), (1, 512, 2048), (16, 512, 2048), (1, 16, 2048),
               (1, 2048, 6144), (16, 2048, 6144), (512, 2048, 6144), (3, 1000, 1088), (17, 248, 2048), (100, 333, 1024),
@@ -31,27 +34,35 @@ def random_affine(rng, outs, columns, bits, group_size):
     return packed, scales, biases
 
 
-def _case(rng, rows, outs, columns, bits, group_size=64, **extra):
-    packed, scales, biases = random_affine(rng, outs, columns, bits, group_size)
-    x = (rng.normal(size=(rows, columns)) * np.exp(rng.normal(size=(rows, 1)))).astype(np.float32)
-    x[1:2] *= 8  # rows of other magnitudes than row 0 (its exponents differ)
-    return (f"{rows}x{outs}x{columns}", {"x": x, "packed": packed, "scales": scales, "biases": biases, "bits": bits,
-                                         "group_size": group_size, **extra})
+def _whole_cases(rng, mode, bits, outs=None, **extra):
+    """A prompt's shapes through each of its two kernels (`whole` True and False), `outs` in place of their outputs."""
+    return [_case(rng, rows, outs or shape_outs, columns, bits, whole=whole, **extra)
+            for rows, shape_outs, columns in WHOLE_SHAPES[mode] for whole in (True, False)]
 
 
 def _cases(bits, gpu_shapes=GPU_SHAPES):
     def cases(mode, rng):
         shapes = SIM_SHAPES if mode == "sim" else gpu_shapes
-        out = [_case(rng, rows, outs, columns, bits) for rows, outs, columns in shapes]
+        out = [_case(rng, rows, outs, columns, bits) for rows, outs, columns in shapes] + _whole_cases(rng, mode, bits)
         if mode == "sim":  # groups of 32: a step of several groups a lane (round) and of one (prompt)
             out += [_case(rng, rows, outs, columns, bits, 32) for rows, outs, columns in SIM_SHAPES]
         return out
     return cases
 
 
-def _launch(x, packed, scales, biases, bits, group_size, fault=None, parts=None, gated=False):
+def _case(rng, rows, outs, columns, bits, group_size=64, **extra):
+    packed, scales, biases = random_affine(rng, outs, columns, bits, group_size)
+    x = (rng.normal(size=(rows, columns)) * np.exp(rng.normal(size=(rows, 1)))).astype(np.float32)
+    x[1:2] *= 8  # rows of other magnitudes than row 0 (its exponents differ)
+    name = f"{rows}x{outs}x{columns}" + ("" if extra.get("whole") is None else f" whole={extra['whole']}")
+    return (name, {"x": x, "packed": packed, "scales": scales, "biases": biases, "bits": bits,
+                   "group_size": group_size, **extra})
+
+
+def _launch(x, packed, scales, biases, bits, group_size, fault=None, parts=None, gated=False, whole=None):
     """The two kernels on device copies, with `fault` (if any) planted in x's quantized form between them; y starts
-    as NaNs, so that an output left unwritten shows (a fresh array may hold a freed one's values, even the twin's)."""
+    as NaNs, so that an output left unwritten shows (a fresh array may hold a freed one's values, even the twin's).
+    `whole`: the prompt kernel to take (`launch_products`), if not its own choice."""
     rows, columns = x.shape
     words, rows_pad = quantize_shape(rows, bits, group_size, columns)
     quantized = launch_quantize(cuda.to_device(x), bits, group_size, words, rows_pad)
@@ -59,13 +70,13 @@ def _launch(x, packed, scales, biases, bits, group_size, fault=None, parts=None,
         planted = fault(*(a.copy_to_host() for a in quantized), bits, group_size, words)
         quantized = tuple(cuda.to_device(a) for a in planted)
     y = launch_products(quantized, rows, len(packed), cuda.to_device(packed), cuda.to_device(scales),
-                        cuda.to_device(biases), bits, group_size, parts=parts, gated=gated,
+                        cuda.to_device(biases), bits, group_size, parts=parts, gated=gated, whole=whole,
                         out=cuda.to_device(np.full(rows * (len(packed) // 2 if gated else len(packed)), np.nan,
                                                    np.float32)))
     return tuple(to_host(p) for p in y) if parts is not None else to_host(y)
 
 
-def _twin(x, packed, scales, biases, bits, group_size, fault=None):
+def _twin(x, packed, scales, biases, bits, group_size, fault=None, whole=None):
     return gemm_affine(x, packed, scales, biases, bits, group_size)
 
 
@@ -103,10 +114,12 @@ def _parts_cases(mode, rng):
     shapes = ([(3, (5, 3, 1, 7), 128)] if mode == "sim" else
               [(1, (6144, 2048, 16, 16), 2048), (16, (6144, 2048, 16, 16), 2048), (512, (6144, 2048, 16, 16), 2048),
                (1, (4096, 512, 512), 2048), (16, (4096, 512, 512), 2048), (512, (4096, 512, 512), 2048)])
-    return [_case(rng, rows, sum(widths), columns, 4, widths=widths) for rows, widths, columns in shapes]
+    widths = (5, 3, 1, 7) if mode == "sim" else (6144, 2048, 16, 16)
+    return ([_case(rng, rows, sum(widths), columns, 4, widths=widths) for rows, widths, columns in shapes] +
+            _whole_cases(rng, mode, 4, sum(widths), widths=widths))
 
 
-def _parts_twin(widths, fault=None, **inputs):
+def _parts_twin(widths, fault=None, whole=None, **inputs):
     return tuple(np.split(gemm_affine(**inputs), np.cumsum(widths)[:-1], axis=1))
 
 
@@ -122,10 +135,11 @@ def _boundary_moved(inputs):
 def _gated_cases(mode, rng):
     shapes = [(3, 10, 128), (18, 8, 64)] if mode == "sim" else [(1, 12288, 2048), (16, 12288, 2048),
                                                                   (512, 12288, 2048), (5, 1000, 1024)]
-    return [_case(rng, rows, outs, columns, 4) for rows, outs, columns in shapes]
+    return ([_case(rng, rows, outs, columns, 4) for rows, outs, columns in shapes] +
+            _whole_cases(rng, mode, 4, 10 if mode == "sim" else 12288))
 
 
-def _gated_twin(fault=None, **inputs):
+def _gated_twin(fault=None, whole=None, **inputs):
     return swiglu(gemm_affine(**inputs))
 
 
@@ -139,8 +153,8 @@ def _gate_and_up_swapped(inputs):
                          for name in ("packed", "scales", "biases")}}
 
 
-KERNELS = (gemm_kernel, round_kernel, combine_kernel, finish_output, quantize_kernel, fixed_point, digit_position,
-           load_words)
+KERNELS = (gemm_kernel, round_kernel, combine_kernel, finish_output, whole_kernel, whole_tile, whole_bases,
+           quantize_kernel, fixed_point, digit_position, load_words)
 CONTRACT = [
     KernelCheck("gemm_affine4", _twin, _launch, _cases(4), CONTROLS, kernels=KERNELS),
     KernelCheck("gemm_affine8", _twin, _launch, _cases(8, [s for s in GPU_SHAPES if s[1] != 248320 or s[0] == 1]),

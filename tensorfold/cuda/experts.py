@@ -30,7 +30,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shape, launch_combine, output_blocks,
-                                  tile_products, warp_tiles)
+                                  tile_products, warp_tiles, whole_bases, whole_fills, whole_tile)
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import flat
@@ -166,12 +166,23 @@ def expert_tile(offsets, tile, tile_rows):
     return found[0], found[1]
 
 
+@cuda.jit(device=True)
+def pair_rows(order, first, end, per_row, x_rows, out_rows, row_halves):
+    """A lane's rows of a row tile of the sorted pairs from place `first` (its expert's pairs end at `end`): row g + 8
+    rho is the pair at that place, which reads x row pair // per_row (k for gate/up, whose x is a row per token; 1 for
+    down, a row per pair) and writes row pair; a place past the expert's last pair reads that pair's row and writes
+    nothing (-1)."""
+    for rho in range(row_halves):
+        place = first + cuda.threadIdx.x % 32 // 4 + 8 * rho
+        pair = order[min(place, end - 1)]
+        x_rows[rho] = pair // per_row
+        out_rows[rho] = pair if place < end else -1
+
+
 @functools.cache
 def grouped_kernel(bits, group_size, words, row_halves, tiles):
     """The grouped GEMM kernel: block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, row tile y of
-    the sorted pairs (`expert_tile`), chunk z of K. A lane's row g + 8 rho is the pair at that place: it reads x row
-    pair // per_row (k for gate/up, whose x is a row per token; 1 for down, a row per pair) and writes partial sums
-    row pair; a place past its expert's last pair reads that pair's row and writes nothing."""
+    the sorted pairs (`expert_tile`, `pair_rows`), chunk z of K, and writes its partial sums."""
     products = tile_products(bits, group_size, words, row_halves, tiles)
     tile_rows = 8 * row_halves
 
@@ -181,21 +192,41 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
         expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
         if expert < 0:  # the grid is sized for the worst case: this tile holds no pairs this round
             return
-        end = offsets[expert + 1]
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        for rho in range(row_halves):
-            place = first + cuda.threadIdx.x % 32 // 4 + 8 * rho
-            pair = order[min(place, end - 1)]
-            x_rows[rho] = pair // per_row
-            out_rows[rho] = pair if place < end else -1
+        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
         bases = cuda.local.array(tiles, np.int64)
         warp_tiles(bases, tiles)
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
                  pairs * out_features, out_features, out_features, expert * out_features, cuda.blockIdx.z, bases,
-                 bases, x_rows, out_rows)
+                 bases, x_rows, out_rows, False)
 
     return grouped
+
+
+@functools.cache
+def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
+    """The grouped GEMM over the whole of K and its finish in one launch (gemm.py's `whole_tile`): block (x, y) takes
+    row tile y of the sorted pairs, and its warp w the outputs from (x * WARPS + w) * written on (`whole_bases`);
+    y [pairs, outputs], gated SiLU(gate) * up."""
+    whole = whole_tile(bits, group_size, words, row_halves, tiles, gated)
+    tile_rows, written = 8 * row_halves, 4 * tiles if gated else 8 * tiles
+
+    @kernel
+    def grouped_whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
+                      out_features, order, offsets, per_row):
+        expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
+        if expert < 0:
+            return
+        x_rows = cuda.local.array(row_halves, np.int64)
+        out_rows = cuda.local.array(row_halves, np.int64)
+        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        bases = cuda.local.array(tiles, np.int64)
+        whole_bases(bases, tiles, written, gated, out_features // 2 if gated else out_features)
+        whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
+              expert * out_features, bases, x_rows, out_rows, y, pairs, out_features, out_features, out_features)
+
+    return grouped_whole
 
 
 # --- launchers ----------------------------------------------------------------------------------------------------
@@ -218,40 +249,50 @@ def grouped_shape(pairs, experts, weight, columns):
     return kernel_shape(-(-pairs // experts), weight.bits, weight.group_size, columns)
 
 
-def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
+def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=False, whole=None):
     """Each pair's row of x (row pair // per_row) times its expert's rows of the stacked affine `weight`
     ([experts * out, K]): [pairs, out], or SiLU(gate) * up [pairs, out / 2] where `gated`."""
     words = grouped_shape(pairs, experts, weight, x.shape[1])[0]
     quantized = launch_quantize(x, weight.bits, weight.group_size, words, x.shape[0], stream)
-    return grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream, gated)
+    return grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream, gated, whole)
 
 
-def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False):
-    """The second half of `grouped_gemm`: the grouped kernel on x's digits, exponents and S (`launch_quantize`,
-    laid out for `grouped_shape`), then the combine."""
+def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False, whole=None):
+    """The second half of `grouped_gemm`: on x's digits, exponents and S (`launch_quantize`, laid out for
+    `grouped_shape`), the whole kernel where gemm.py's `whole_fills` (or `whole`) says so, else the grouped kernel
+    a chunk of K a block and the combine."""
     digits, exponents, sums = quantized
     order, offsets = grouping
     columns, x_rows = digits.shape[2], digits.shape[1]
     out_features = weight.out_features // experts
+    count = out_features // 2 if gated else out_features
     words, row_halves, tiles = grouped_shape(pairs, experts, weight, columns)
     tile_rows = 8 * row_halves
     row_tiles = min(pairs, pairs // tile_rows + min(experts, pairs))  # sum of ceil(n_e / tile_rows), at most
     chunks = -(-columns // CHUNK_COLUMNS)
+    arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
+                 weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1])
+    written = 4 * tiles if gated else 8 * tiles
+    blocks = -(-count // (WARPS * written))
+    if whole if whole is not None else whole_fills(-(-pairs // experts), blocks * pairs // tile_rows, chunks):
+        y = cuda.device_array(pairs * count, np.float32, stream=stream)
+        grouped_whole_kernel(weight.bits, weight.group_size, words, row_halves, tiles, gated)[
+            (blocks, row_tiles), BLOCK_THREADS, stream](*arguments, y, pairs, out_features, order, offsets, per_row)
+        return y.reshape(pairs, count)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
         (output_blocks(out_features, tiles), row_tiles, chunks), BLOCK_THREADS, stream](
-        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
-        weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1], partials, pairs,
-        out_features, order, offsets, per_row)
+        *arguments, partials, pairs, out_features, order, offsets, per_row)
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
 
-def routed_experts_launch(x, ids, gate_up, down, shared=False, stream=0):
+def routed_experts_launch(x, ids, gate_up, down, shared=False, stream=0, whole=None):
     """`routed_experts` on the device for affine expert stacks (one Linear each: gate_up [E * 2 I, hidden], down
-    [E * hidden, I]): y [rows, k, hidden], or [rows, k + 1, hidden] with `shared`."""
+    [E * hidden, I]): y [rows, k, hidden], or [rows, k + 1, hidden] with `shared`. `whole`: the kernels' choice
+    (`grouped_products`), for the checks that run each."""
     rows, k = ids.shape[0], ids.shape[1] + shared
     hidden, pairs = x.shape[1], rows * k
     experts = down.out_features // hidden
     grouping = group_launch(ids, experts, shared, stream)
-    h = grouped_gemm(x, k, grouping, pairs, gate_up, experts, stream, gated=True)
-    return grouped_gemm(h, 1, grouping, pairs, down, experts, stream).reshape(rows, k, hidden)
+    h = grouped_gemm(x, k, grouping, pairs, gate_up, experts, stream, gated=True, whole=whole)
+    return grouped_gemm(h, 1, grouping, pairs, down, experts, stream, whole=whole).reshape(rows, k, hidden)

@@ -54,7 +54,7 @@ from tensorfold.cuda.fmath import exact_float64, power_of_two, silu32
 from tensorfold.cuda.gemv import PARTS, output_index
 from tensorfold.cuda.ptx import load8, load16, mma_s8u8
 from tensorfold.cuda.quantize import LIMBS, P, launch_quantize, quantize_x, step_shape
-from tensorfold.device.grid import BLOCK, blocks_for, flat
+from tensorfold.device.grid import BLOCK, blocks_for, flat, multiprocessors
 from tensorfold.device.launch import kernel
 
 CHUNK_COLUMNS = 512  # columns of K a float64 partial sum covers (whole groups, whole kernel steps)
@@ -110,6 +110,7 @@ WIDE_TILES = 4  # and for up to 8 rows of a weight of at least WIDE_OUTPUTS outp
 WIDE_OUTPUTS = 8192  # (a smaller weight needs the warps more: with 4 tiles it would fill fewer multiprocessors)
 PROMPT_TILES = 4  # tiles of the prompt kernel
 ROUND_CHUNKS = WARPS  # chunks of K up to which a round's block adds them itself, a warp a chunk (launch_products)
+WHOLE_BLOCKS = 4  # blocks a multiprocessor from which a warp walks the whole of K (`whole_fills`)
 
 
 @cuda.jit(device=True)
@@ -143,7 +144,8 @@ def tile_products(bits, group_size, words, row_halves, tiles):
     g + 8 rho); tile n holds outputs bases[n] .. bases[n] + 7 of the weight, whose outputs start at row
     `first_weight` of packed, scales and biases (an expert's, in a stack of experts); the partial sum of chunk c, row
     out_rows[rho] (none where negative) and the tile's output j goes to partials[c * chunk_stride + out_rows[rho] *
-    row_stride + slots[n] + j] (global memory for a separate combine, or the block's shared memory)."""
+    row_stride + slots[n] + j] (global memory for a separate combine, or the block's shared memory), or with `adds`
+    is added to what is there (`whole_tile`: the chunks one after another into one sum)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -170,7 +172,7 @@ def tile_products(bits, group_size, words, row_halves, tiles):
 
     @cuda.jit(device=True)
     def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
-                 chunk_stride, row_stride, out_features, first_weight, chunk, bases, slots, x_rows, out_rows):
+                 chunk_stride, row_stride, out_features, first_weight, chunk, bases, slots, x_rows, out_rows, adds):
         lane = cuda.threadIdx.x % 32
         g, t = lane >> 2, lane % 4
         weight_rows = cuda.local.array(tiles, np.uint64)  # where the codes of the tile's output g start
@@ -246,8 +248,9 @@ def tile_products(bits, group_size, words, row_halves, tiles):
                     for oo in range(2):
                         o = bases[n] + 2 * t + oo
                         if row >= 0 and o < out_features:
-                            at = chunk * chunk_stride + row * row_stride + slots[n] + 2 * t + oo
-                            partials[np.uint64(at)] = partial[(n * row_halves + rho) * 2 + oo]
+                            at = np.uint64(chunk * chunk_stride + row * row_stride + slots[n] + 2 * t + oo)
+                            prior = partials[at] if adds else 0.0  # the combine's order: 0.0 + chunk 0 + chunk 1 ...
+                            partials[at] = prior + partial[(n * row_halves + rho) * 2 + oo]
 
     return products
 
@@ -276,7 +279,8 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
         bases = cuda.local.array(tiles, np.int64)
         warp_tiles(bases, tiles)
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
-                 rows * out_features, out_features, out_features, 0, cuda.blockIdx.z, bases, bases, x_rows, out_rows)
+                 rows * out_features, out_features, out_features, 0, cuda.blockIdx.z, bases, bases, x_rows, out_rows,
+                 False)
 
     return gemm
 
@@ -312,7 +316,7 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
             slots[n] = n * 8
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, chunk_sums,
                  tile_rows * tile_outputs, tile_outputs, out_features, 0, cuda.threadIdx.x // 32, bases, slots,
-                 x_rows, out_rows)
+                 x_rows, out_rows, False)
         cuda.syncthreads()
         for i in range(cuda.threadIdx.x, tile_rows * written, cuda.blockDim.x):
             r, j = i // written, i % written
@@ -357,6 +361,93 @@ def combine_kernel(gated):
     return combine
 
 
+@cuda.jit(device=True)
+def whole_bases(bases, tiles, written, gated, count):
+    """bases[n] = the first output of tile n of a warp that writes `written` outputs, from (block x * WARPS + warp) *
+    written on; gated, the first tiles / 2 tiles are gate outputs and the rest the up outputs of the same outputs (the
+    up rows start at `count`, the outputs written)."""
+    first = (cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32) * written
+    for n in range(tiles):
+        up = gated and n >= tiles // 2
+        bases[n] = first + (n - tiles // 2 if up else n) * 8 + (count if up else 0)
+
+
+@functools.cache
+def whole_tile(bits, group_size, words, row_halves, tiles, gated):
+    """A warp's tile over the whole of K, finished in the same kernel (no partial sums through global memory, no
+    combine launch), as a device function: `tile_products` chunk after chunk of K, each chunk's partial sums added to
+    the warp's sums in the block's shared memory in chunk order (the combine's order), then each lane writes its own
+    outputs as `finish_output` does. The caller places the tile (bases, from `whole_bases`; x_rows) and names the y
+    row of each row half (y_rows, none where negative); y holds `rows` rows, gated [rows, out_features / 2]."""
+    products = tile_products(bits, group_size, words, row_halves, tiles)
+    tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
+    warp_slots = tile_rows * tile_outputs
+    sum_slots = WARPS * warp_slots  # a name: numba takes a shared array's size as one
+    written_tiles = tiles // 2 if gated else tiles
+    assert not gated or tiles % 2 == 0, "a gated warp holds as many up tiles as gate tiles"
+
+    @cuda.jit(device=True)
+    def whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
+              first_weight, bases, x_rows, y_rows, y, rows, end1, end2, end3):
+        warp_sums = cuda.shared.array(sum_slots, np.float64)  # [warp, row of the tile, output of the tile]
+        warp, g, t = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32 // 4, cuda.threadIdx.x % 4
+        tile_row = cuda.local.array(row_halves, np.int64)
+        slots = cuda.local.array(tiles, np.int64)
+        for rho in range(row_halves):
+            tile_row[rho] = g + 8 * rho
+        for n in range(tiles):
+            slots[n] = warp * warp_slots + n * 8
+        for chunk in range(-(-columns // CHUNK_COLUMNS)):  # each lane adds to its own slots: no barrier needed
+            products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, warp_sums, 0,
+                     tile_outputs, out_features, first_weight, chunk, bases, slots, x_rows, tile_row, chunk > 0)
+        count = out_features // 2 if gated else out_features
+        for n in range(written_tiles):
+            for rho in range(row_halves):
+                for oo in range(2):
+                    o = bases[n] + 2 * t + oo
+                    at = slots[n] + tile_row[rho] * tile_outputs + 2 * t + oo
+                    if y_rows[rho] >= 0 and o < count:
+                        total = np.float32(warp_sums[at])
+                        if gated:  # the up output's sums are written_tiles tiles on
+                            y[y_rows[rho] * count + o] = silu32(total) * np.float32(warp_sums[at + written_tiles * 8])
+                        else:
+                            y[output_index(y_rows[rho], o, rows, out_features, end1, end2, end3)] = total
+
+    return whole
+
+
+@functools.cache
+def whole_kernel(bits, group_size, words, row_halves, tiles, gated):
+    """The GEMM over the whole of K and its finish in one launch (`whole_tile`), for a prompt chunk's many rows:
+    block (x, y) takes row tile y, and its warp w the outputs from (x * WARPS + w) * written on (written: 8 * tiles,
+    or 4 * tiles gated, `whole_bases`)."""
+    whole = whole_tile(bits, group_size, words, row_halves, tiles, gated)
+    written = 4 * tiles if gated else 8 * tiles
+
+    @kernel
+    def gemm_whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,
+                   out_features, y, end1, end2, end3):
+        x_rows = cuda.local.array(row_halves, np.int64)
+        y_rows = cuda.local.array(row_halves, np.int64)
+        for rho in range(row_halves):
+            x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
+            y_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
+        bases = cuda.local.array(tiles, np.int64)
+        whole_bases(bases, tiles, written, gated, out_features // 2 if gated else out_features)
+        whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features, 0,
+              bases, x_rows, y_rows, y, rows, end1, end2, end3)
+
+    return gemm_whole
+
+
+def whole_fills(rows, blocks, chunks) -> bool:
+    """Whether a GEMM of `rows` rows walks the whole of K in each warp (`whole_kernel`) rather than a chunk a block
+    and a combine: where K is one chunk, or where a prompt's rows make `blocks`, the whole kernel's grid, give every
+    multiprocessor WHOLE_BLOCKS blocks (with fewer, the chunks' blocks keep more multiprocessors busy; a round's few
+    rows read each weight once, and its chunks spread those reads). A choice of speed only: the same bits."""
+    return chunks == 1 or (rows > ROUND_ROWS and blocks >= WHOLE_BLOCKS * multiprocessors())
+
+
 def kernel_shape(rows, bits, group_size, columns, out_features=0):
     """(words of codes a lane a step, row halves, output tiles a warp) of a call: a round's rows (up to ROUND_ROWS)
     one tile of 8 or 16 rows and the widest step whose groups a lane can hold, WIDE_TILES tiles where the weight is
@@ -397,31 +488,39 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
 
 
 def launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None,
-                    gated=False, out=None):
+                    gated=False, out=None, whole=None):
     """The second half of `launch_gemm`: the GEMM kernel on x's digits, exponents and S (`launch_quantize`), then
     the combine. A round of ROUND_TILES tiles a warp and up to ROUND_CHUNKS chunks of K takes the round kernel, both
     in one launch, whose block is then no larger than the GEMM kernel's and holds about as many registers a thread;
     a wide weight's four tiles would lose a block a multiprocessor to registers, and more chunks would leave the
-    multiprocessors fewer blocks: either reads its weights from memory slower. `out`: the flat device array y is
-    written into, if given."""
+    multiprocessors fewer blocks: either reads its weights from memory slower. Otherwise a call whose grid fills the
+    GPU without chunks (`whole_fills`, or `whole` given) takes the whole kernel, also one launch. `out`: the flat
+    device array y is written into, if given."""
     digits, exponents, sums = quantized
     columns, rows_pad = digits.shape[2], digits.shape[1]
     words, row_halves, tiles = kernel_shape(rows, bits, group_size, columns, out_features)
     chunks = -(-columns // CHUNK_COLUMNS)
-    if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
-        count = out_features // 2 if gated else out_features
+    count = out_features // 2 if gated else out_features
+    arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed),
+                 packed.shape[1], flat(scales), flat(biases), scales.shape[1])
+    if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES and not whole:
         y, ends = output_array(rows, out_features, parts, gated, stream, out)
         written = 4 * tiles if gated else 8 * tiles
         round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated)[
             (-(-count // written), rows_pad // (8 * row_halves)), chunks * 32, stream](
-            flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed),
-            packed.shape[1], flat(scales), flat(biases), scales.shape[1], rows, out_features, y, *ends)
+            *arguments, rows, out_features, y, *ends)
+        return output_views(y, rows, count, parts, ends)
+    written = 4 * tiles if gated else 8 * tiles
+    grid = (-(-count // (WARPS * written)), rows_pad // (8 * row_halves))
+    if whole if whole is not None else whole_fills(rows, grid[0] * grid[1], chunks):
+        y, ends = output_array(rows, out_features, parts, gated, stream, out)
+        whole_kernel(bits, group_size, words, row_halves, tiles, gated)[grid, WARPS * 32, stream](
+            *arguments, rows, out_features, y, *ends)
         return output_views(y, rows, count, parts, ends)
     partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
     gemm_kernel(bits, group_size, words, row_halves, tiles)[
         (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
-        flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed), packed.shape[1],
-        flat(scales), flat(biases), scales.shape[1], partials, rows, out_features)
+        *arguments, partials, rows, out_features)
     return launch_combine(partials, chunks, rows, out_features, stream, parts, gated, out)
 
 
