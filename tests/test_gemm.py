@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from tensorfold.cuda import gemm
+from tensorfold.cuda import gemm, gemm_launch
 from tensorfold.cuda.fmath import exact_float64, power_of_two
-from tensorfold.cuda.gemm import CHUNK_COLUMNS, gemm_affine, kernel_shape, launch_gemm
+from tensorfold.cuda.gemm import CHUNK_COLUMNS, gemm_affine
+from tensorfold.cuda.gemm_launch import kernel_shape, launch_gemm
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import LIMBS, P, digit_position, launch_quantize, quantize_x
 from tensorfold.numerics.formats import bf16_to_f32, quantize_affine
@@ -125,7 +126,7 @@ def test_kernel_equals_twin(rows, bits, group_size):
 def test_a_wide_weights_round_kernel(monkeypatch):
     """The round kernel's four tiles a warp (a weight at least WIDE_OUTPUTS wide, here made small), whole, in parts
     and gated, against the twin; control: two rows swapped."""
-    monkeypatch.setattr(gemm, "WIDE_OUTPUTS", 16)
+    monkeypatch.setattr(gemm_launch, "WIDE_OUTPUTS", 16)
     rng = np.random.default_rng(12)
     x, w = x_rows(rng, 3, 128), weight(rng, 40, 128, 4, 64)
     assert kernel_shape(3, 4, 64, 128, 40)[2] == gemm.WIDE_TILES
@@ -172,7 +173,7 @@ def test_a_rounds_chunks_in_its_block_and_apart(monkeypatch):
     x, w = x_rows(rng, 3, columns), weight(rng, 18, columns, 4, 64)
     expected = gemm_affine(x, *w, 4, 64)
     for round_chunks in (3, 2):
-        monkeypatch.setattr(gemm, "ROUND_CHUNKS", round_chunks)
+        monkeypatch.setattr(gemm_launch, "ROUND_CHUNKS", round_chunks)
         assert np.array_equal(launched(x, w, 4, 64), expected)
         assert np.array_equal(np.concatenate(launched(x, w, 4, 64, parts=(5, 6, 7)), axis=1), expected)
         assert np.array_equal(launched(x, w, 4, 64, gated=True), swiglu(expected))
@@ -195,7 +196,7 @@ def test_the_contract_sees_an_output_left_unwritten(monkeypatch):
     inputs = dict(x=x_rows(rng, 3, 128), **dict(zip(("packed", "scales", "biases"), weight(rng, 11, 128, 4, 64))),
                   bits=4, group_size=64)
     assert outputs_equal(_twin(**inputs), _launch(**inputs))
-    monkeypatch.setattr(gemm, "round_kernel", lambda *shape: WritesNothing())
+    monkeypatch.setattr(gemm_launch, "round_kernel", lambda *shape: WritesNothing())
     assert not outputs_equal(_twin(**inputs), _launch(**inputs))
 
 

@@ -100,7 +100,7 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from numba import types
 
-    from tensorfold.cuda import deltanet, experts, gemm, quantize, rmsnorm
+    from tensorfold.cuda import deltanet, experts, gemm, gemm_launch, quantize, rmsnorm
     from tensorfold.device.grid import BLOCK
     u32, i32, f32, f64 = (getattr(types, name)[::1] for name in ("uint32", "int32", "float32", "float64"))
     f2, f3, f4, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.float32[:, :, :, ::1], types.int32[:, ::1]
@@ -110,14 +110,14 @@ def main():
                 types.int64)
     # the round kernel's: products' up to groups a row, then rows, outputs, y and the parts' three ends
     rounds = products[:10] + (types.int64, types.int64, f32, types.int64, types.int64, types.int64)
-    round_words = gemm.kernel_shape(1, 4, 64, 2048)[0]
+    round_words = gemm_launch.kernel_shape(1, 4, 64, 2048)[0]
     chunks = 2048 // gemm.CHUNK_COLUMNS
     quantize_threads = math.gcd(BLOCK, 2048 // quantize.QUANTIZE_COLUMNS)
     # (name, kernel, signature, threads a block as launched)
     kernels = [(f"exact GEMM and combine, 4-bit, {name}", gemm.round_kernel(
-        4, 64, *gemm.kernel_shape(rows, 4, 64, 2048), chunks, False), rounds, chunks * 32)
+        4, 64, *gemm_launch.kernel_shape(rows, 4, 64, 2048), chunks, False), rounds, chunks * 32)
         for name, rows in (("1 row", 1), ("16 rows", 16))]
-    kernels += [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm.kernel_shape(rows, 4, 64, 2048, outs)),
+    kernels += [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm_launch.kernel_shape(rows, 4, 64, 2048, outs)),
                  products, gemm.WARPS * 32) for name, rows, outs in (("1 row of a wide weight (gate/up)", 1, 12288),
                                                                      ("a prompt chunk", 512, 2048))]
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 from _side_by_side import show  # noqa: E402
-from tensorfold.cuda import gemm, gemv, quantize, rmsnorm  # noqa: E402
+from tensorfold.cuda import gemm, gemm_launch, gemv, quantize, rmsnorm  # noqa: E402
 from tensorfold.cuda.fmath import block_dot, fma32, tree_sum  # noqa: E402
 from tensorfold.numerics.floats import add_rounded_once, fma_rn_twin  # noqa: E402
 from tensorfold.numerics.formats import affine_rows, quantize_affine  # noqa: E402
@@ -137,9 +137,9 @@ scales, biases = gemv.bf16_to_f32(scale_bits), gemv.bf16_to_f32(bias_bits)
 print(f"packed weights {packed.shape} {packed.dtype}, scales {scales.shape}")
 twin = gemm.gemm_affine(x, packed, scales, biases, 4, 64)
 on_device = [cuda.to_device(a) for a in (packed, scales, biases)]
-kernel = gemm.launch_gemm(cuda.to_device(x), outputs, *on_device, 4, 64).copy_to_host()
+kernel = gemm_launch.launch_gemm(cuda.to_device(x), outputs, *on_device, 4, 64).copy_to_host()
 check(twin.tobytes() == kernel.tobytes(), "4-bit GEMM kernel == twin, bit for bit")
-one_row = gemm.launch_gemm(cuda.to_device(x[:1]), outputs, *on_device, 4, 64).copy_to_host()
+one_row = gemm_launch.launch_gemm(cuda.to_device(x[:1]), outputs, *on_device, 4, 64).copy_to_host()
 check(one_row.tobytes() == twin[:1].tobytes(), "one row alone == the twin's first row, bit for bit")
 dense = affine_rows(packed, scales, biases, 4, 64, np.arange(outputs)).astype(np.float64)
 print(f"largest difference from the float64 product of the dequantized weights: "
@@ -148,7 +148,7 @@ print(f"largest difference from the float64 product of the dequantized weights: 
 # The MLP's gate and up projections are stacked in one weight (gate rows, then up rows). A gated GEMM computes every
 # sum as above, each warp holding gate outputs beside their up outputs, and writes SiLU(gate) * up where it writes:
 # the MLP's hidden values take no launch of their own (`gemv.swiglu` is the twin).
-gated = gemm.launch_gemm(cuda.to_device(x), outputs, *on_device, 4, 64, gated=True).copy_to_host()
+gated = gemm_launch.launch_gemm(cuda.to_device(x), outputs, *on_device, 4, 64, gated=True).copy_to_host()
 check(gated.shape == (rows, outputs // 2) and gated.tobytes() == gemv.swiglu(twin).tobytes(),
       "the gated GEMM == SiLU(gate) * up of the twin's outputs, bit for bit")
 

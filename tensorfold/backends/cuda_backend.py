@@ -10,7 +10,7 @@ import numpy as np
 from numba.cuda.cudadrv.driver import device_memset  # under the simulator, its own form
 
 from tensorfold.backends.numpy_backend import grown_rows
-from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm, gemv, kv, moe, sampling
+from tensorfold.cuda import attention, conv, deltanet, elementwise, gemm_launch, gemv, kv, moe, sampling
 from tensorfold.cuda import rmsnorm as norm
 from tensorfold.cuda import rope as rotary
 from tensorfold.cuda import topk as top_k
@@ -123,9 +123,9 @@ class CudaBackend:
         return self._gemv(x, weight, gated=True)
 
     def _gemv(self, x, weight, **options):
-        """gemm.launch_gemm for an affine Linear, gemv.launch_gemv for a float one, with `parts` or `gated`."""
+        """gemm_launch.launch_gemm for an affine Linear, gemv.launch_gemv for a float one, with `parts` or `gated`."""
         if weight.kind == "affine":
-            return gemm.launch_gemm(x, weight.out_features, weight.data, weight.scales, weight.biases, weight.bits,
+            return gemm_launch.launch_gemm(x, weight.out_features, weight.data, weight.scales, weight.biases, weight.bits,
                                     weight.group_size, stream=self.stream, **options)
         kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
         return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, **options)

@@ -6,8 +6,9 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, launch_products, load_words,
-                                  quantize_shape, round_kernel, whole_bases, whole_kernel, whole_tile)
+from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, load_words, round_kernel,
+                                  whole_bases, whole_kernel, whole_tile)
+from tensorfold.cuda.gemm_launch import launch_products, quantize_shape
 from tensorfold.cuda.gemv import output_index, swiglu
 from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
 from tensorfold.device.grid import to_host

@@ -6,7 +6,7 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import quantize_shape
+from tensorfold.cuda.gemm_launch import quantize_shape
 from tensorfold.cuda.quantize import LIMBS, P, digit_position, fixed_point, launch_quantize, quantize_kernel, quantize_x
 from tensorfold.device.grid import to_host
 

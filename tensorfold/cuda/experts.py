@@ -22,15 +22,17 @@ pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over
 per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block first
 finding its tile's expert together (`expert_tile`), then each warp `gemm.tile_products` on the rows it gathers
 (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
-`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output).
+`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where K is one chunk, or a prompt's pairs
+fill the GPU, `grouped_whole_kernel` instead: a block per (WARPS tiles of outputs, row tile), each warp walking all
+of K and finishing its outputs (gemm.py's `whole_tile`), no combine.
 """
 import functools
 
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.gemm import (CHUNK_COLUMNS, WARPS, gemm_affine, kernel_shape, launch_combine, output_blocks,
-                                  tile_products, warp_tiles, whole_bases, whole_fills, whole_tile)
+from tensorfold.cuda.gemm import CHUNK_COLUMNS, WARPS, gemm_affine, tile_products, warp_tiles, whole_bases, whole_tile
+from tensorfold.cuda.gemm_launch import kernel_shape, launch_combine, output_blocks, whole_fills
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import flat

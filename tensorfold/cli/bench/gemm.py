@@ -57,7 +57,7 @@ def weight_copies(nbytes: int, cold_bytes: int) -> int:
 def run(args) -> int:
     from tensorfold.backends import make_backend
     from tensorfold.contract.gemm import random_affine
-    from tensorfold.cuda import gemm
+    from tensorfold.cuda import gemm, gemm_launch
     from tensorfold.serve.memory import on_gpu
     backend = make_backend("auto")
     gpu = on_gpu(backend)
@@ -79,7 +79,7 @@ def run(args) -> int:
                 turn = itertools.cycle(weights)
 
                 def call():
-                    return gemm.launch_gemm(x, outs, *next(turn), args.bits, args.group_size, stream=backend.stream,
+                    return gemm_launch.launch_gemm(x, outs, *next(turn), args.bits, args.group_size, stream=backend.stream,
                                             parts=parts, gated=gated)
             else:  # the twin, once: it is the CPU's figure, and a slow one at the head
                 call = functools.partial(gemm.gemm_affine, x, *weights[0], args.bits, args.group_size)
