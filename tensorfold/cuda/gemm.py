@@ -263,6 +263,15 @@ def warp_tiles(bases, tiles):
         bases[n] = ((cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32) * tiles + n) * 8
 
 
+@cuda.jit(device=True)
+def lane_rows(x_rows, out_rows, rows, row_halves):
+    """A lane's rows of row tile y (the block's): row y * 8 * row_halves + g + 8 rho, which writes nothing (-1)
+    from `rows` on (it reads the quantize kernel's zero rows)."""
+    for rho in range(row_halves):
+        x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
+        out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
+
+
 @functools.cache
 def gemm_kernel(bits, group_size, words, row_halves, tiles):
     """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
@@ -274,9 +283,7 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
              out_features):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        for rho in range(row_halves):
-            x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
-            out_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
+        lane_rows(x_rows, out_rows, rows, row_halves)
         bases = cuda.local.array(tiles, np.int64)
         warp_tiles(bases, tiles)
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
@@ -430,9 +437,7 @@ def whole_kernel(bits, group_size, words, row_halves, tiles, gated):
                    out_features, y, end1, end2, end3):
         x_rows = cuda.local.array(row_halves, np.int64)
         y_rows = cuda.local.array(row_halves, np.int64)
-        for rho in range(row_halves):
-            x_rows[rho] = cuda.blockIdx.y * 8 * row_halves + cuda.threadIdx.x % 32 // 4 + 8 * rho
-            y_rows[rho] = x_rows[rho] if x_rows[rho] < rows else -1
+        lane_rows(x_rows, y_rows, rows, row_halves)
         bases = cuda.local.array(tiles, np.int64)
         whole_bases(bases, tiles, written, gated, out_features // 2 if gated else out_features)
         whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features, 0,
