@@ -7,8 +7,9 @@ the package does not:
     pip install nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvdisasm
     python tools/sass_counts.py
 
-For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's, the
-routed experts' grouped GEMM and their grouping, x's quantize, the residual norm and the DeltaNet scan (of a window, and
+For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's (a
+chunk of K a block, and the whole of K a warp), the routed experts' grouped GEMM (a round's, and a prompt's over the
+whole of K) and their grouping, x's quantize, the residual norm and the DeltaNet scan (of a window, and
 of one row for each of several lanes) it prints the registers a thread takes and the blocks of its launch's size that
 fit on a multiprocessor with them and its shared memory (`blocks_a_multiprocessor`: where a change of registers costs a
 block, the warps that hide each load's latency go with it), the bytes spilled to local memory, and the basic block with
@@ -117,11 +118,22 @@ def main():
     kernels = [(f"exact GEMM and combine, 4-bit, {name}", gemm.round_kernel(
         4, 64, *gemm_launch.kernel_shape(rows, 4, 64, 2048), chunks, False), rounds, chunks * 32)
         for name, rows in (("1 row", 1), ("16 rows", 16))]
-    kernels += [(f"exact GEMM, 4-bit, {name}", gemm.gemm_kernel(4, 64, *gemm_launch.kernel_shape(rows, 4, 64, 2048, outs)),
-                 products, gemm.WARPS * 32) for name, rows, outs in (("1 row of a wide weight (gate/up)", 1, 12288),
-                                                                     ("a prompt chunk", 512, 2048))]
+    kernels += [(f"exact GEMM, 4-bit, {name}",
+                 gemm.gemm_kernel(4, 64, *gemm_launch.kernel_shape(rows, 4, 64, 2048, outs)), products,
+                 gemm.WARPS * 32) for name, rows, outs in (("1 row of a wide weight (gate/up)", 1, 12288),
+                                                           ("a prompt chunk", 512, 2048))]
+    kernels += [(f"exact GEMM over the whole of K, 4-bit, a prompt chunk's {name}",
+                 gemm.whole_kernel(4, 64, *gemm_launch.kernel_shape(2048, 4, 64, columns, outs), gated), rounds,
+                 gemm.WARPS * 32) for name, columns, outs, gated in (("gate/up", 2048, 12288, True),
+                                                                     ("down", 6144, 2048, False))]
+    # the grouped whole kernel's: products' up to groups a row, then y, pairs, outputs, the sorted pairs, their
+    # offsets, x rows a pair
+    grouped_whole = products[:10] + (f32, types.int64, types.int64, i32, i32, types.int64)
     kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
                  products + (i32, i32, types.int64), experts.BLOCK_THREADS),
+                ("grouped expert GEMM over the whole of K, 4-bit, a prompt chunk's gate/up",
+                 experts.grouped_whole_kernel(4, 64, *gemm_launch.kernel_shape(72, 4, 64, 2048), True), grouped_whole,
+                 experts.BLOCK_THREADS),
                 ("expert grouping (the pairs sorted by expert)", experts.group_kernel,
                  (i2, types.int64, types.int64, i32, i32), experts.GROUP_THREADS),
                 ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),

@@ -125,8 +125,8 @@ class CudaBackend:
     def _gemv(self, x, weight, **options):
         """gemm_launch.launch_gemm for an affine Linear, gemv.launch_gemv for a float one, with `parts` or `gated`."""
         if weight.kind == "affine":
-            return gemm_launch.launch_gemm(x, weight.out_features, weight.data, weight.scales, weight.biases, weight.bits,
-                                    weight.group_size, stream=self.stream, **options)
+            return gemm_launch.launch_gemm(x, weight.out_features, weight.data, weight.scales, weight.biases,
+                                           weight.bits, weight.group_size, stream=self.stream, **options)
         kernels = gemv.gemv_f32_kernel if weight.kind == "f32" else gemv.gemv_bf16_kernel
         return gemv.launch_gemv(kernels, x, weight.out_features, weight.data, stream=self.stream, **options)
 

@@ -79,8 +79,8 @@ def run(args) -> int:
                 turn = itertools.cycle(weights)
 
                 def call():
-                    return gemm_launch.launch_gemm(x, outs, *next(turn), args.bits, args.group_size, stream=backend.stream,
-                                            parts=parts, gated=gated)
+                    return gemm_launch.launch_gemm(x, outs, *next(turn), args.bits, args.group_size,
+                                                   stream=backend.stream, parts=parts, gated=gated)
             else:  # the twin, once: it is the CPU's figure, and a slow one at the head
                 call = functools.partial(gemm.gemm_affine, x, *weights[0], args.bits, args.group_size)
             seconds = device_seconds(backend, call, args.repeats if gpu else 1)
