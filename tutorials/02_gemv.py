@@ -128,7 +128,8 @@ print(f"(a BLAS matmul differs from the fixed tree in {np.count_nonzero(blas != 
 # signed bytes), so every sum of code times X is an exact integer, whatever order adds it: the kernel takes them
 # from the tensor cores (`mma_s8u8`, tensorfold/cuda/ptx.py), the twin from a BLAS matrix product. Only the
 # combination of the groups, in float64 products that are exact, follows one fixed order. The twin (left) and the
-# kernels (right; a round of a few rows takes `gemm.round_kernel`, the same products with the combine in the block):
+# kernels (right; a round of a few rows takes `gemm.round_kernel`, the same products with the combine in the block,
+# and a prompt chunk `gemm.whole_kernel`, each warp walking all of K and adding the chunks itself in the same order):
 show([quantize.quantize_x, gemm.gemm_affine], [quantize.quantize_kernel, gemm.gemm_kernel])
 columns = 128
 x = rng.normal(size=(rows, columns)).astype(np.float32)

@@ -261,8 +261,8 @@ def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=F
 
 def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False, whole=None):
     """The second half of `grouped_gemm`: on x's digits, exponents and S (`launch_quantize`, laid out for
-    `grouped_shape`), the whole kernel where gemm.py's `whole_fills` (or `whole`) says so, else the grouped kernel
-    a chunk of K a block and the combine."""
+    `grouped_shape`), the whole kernel where gemm_launch.py's `whole_fills` (or `whole`) says so, else the grouped
+    kernel a chunk of K a block and the combine."""
     digits, exponents, sums = quantized
     order, offsets = grouping
     columns, x_rows = digits.shape[2], digits.shape[1]

@@ -75,23 +75,23 @@ def launch_products(quantized, rows, out_features, packed, scales, biases, bits,
     count = out_features // 2 if gated else out_features
     arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, rows_pad, flat(packed),
                  packed.shape[1], flat(scales), flat(biases), scales.shape[1])
+    written = 4 * tiles if gated else 8 * tiles  # outputs a warp writes
+    row_tiles = rows_pad // (8 * row_halves)
+    whole_grid = (-(-count // (WARPS * written)), row_tiles)
     if rows <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES and not whole:
+        finishing = round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated)[
+            (-(-count // written), row_tiles), chunks * 32, stream]
+    elif whole if whole is not None else whole_fills(rows, whole_grid[0] * whole_grid[1], chunks):
+        finishing = whole_kernel(bits, group_size, words, row_halves, tiles, gated)[whole_grid, WARPS * 32, stream]
+    else:
+        finishing = None
+    if finishing is not None:  # both kernels finish their outputs themselves, and take the same arguments
         y, ends = output_array(rows, out_features, parts, gated, stream, out)
-        written = 4 * tiles if gated else 8 * tiles
-        round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated)[
-            (-(-count // written), rows_pad // (8 * row_halves)), chunks * 32, stream](
-            *arguments, rows, out_features, y, *ends)
-        return output_views(y, rows, count, parts, ends)
-    written = 4 * tiles if gated else 8 * tiles
-    grid = (-(-count // (WARPS * written)), rows_pad // (8 * row_halves))
-    if whole if whole is not None else whole_fills(rows, grid[0] * grid[1], chunks):
-        y, ends = output_array(rows, out_features, parts, gated, stream, out)
-        whole_kernel(bits, group_size, words, row_halves, tiles, gated)[grid, WARPS * 32, stream](
-            *arguments, rows, out_features, y, *ends)
+        finishing(*arguments, rows, out_features, y, *ends)
         return output_views(y, rows, count, parts, ends)
     partials = cuda.device_array(chunks * rows * out_features, np.float64, stream=stream)
     gemm_kernel(bits, group_size, words, row_halves, tiles)[
-        (output_blocks(out_features, tiles), rows_pad // (8 * row_halves), chunks), WARPS * 32, stream](
+        (output_blocks(out_features, tiles), row_tiles, chunks), WARPS * 32, stream](
         *arguments, partials, rows, out_features)
     return launch_combine(partials, chunks, rows, out_features, stream, parts, gated, out)
 
