@@ -21,12 +21,13 @@ from tensorfold.cuda.experts import (
     group_kernel,
     group_launch,
     grouped_kernel,
+    grouped_round_kernel,
     grouped_whole_kernel,
     pair_rows,
     routed_experts,
     routed_experts_launch,
 )
-from tensorfold.cuda.gemm import combine_kernel, tile_products, whole_tile
+from tensorfold.cuda.gemm import combine_kernel, round_tile, tile_products, whole_tile
 from tensorfold.cuda.quantize import quantize_kernel
 from tensorfold.device.grid import to_host
 
@@ -35,7 +36,8 @@ from tensorfold.device.grid import to_host
 # GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks' (the last of each: more than 16 rows
 # an expert on average, the prompt kernel's shape)
 EXPERTS_SIM = [(3, 4, 2, 64, 64, False, None), (2, 4, 2, 64, 64, True, None),  # 6 pairs on 4 experts: one expert
-               (26, 3, 2, 64, 64, False, None), (26, 3, 2, 64, 64, False, False)]  # holds two
+               (26, 3, 2, 64, 64, False, None), (26, 3, 2, 64, 64, False, False),  # holds two
+               (2, 4, 2, 576, 64, True, None)]  # K of two chunks: gate/up in the round kernel
 EXPERTS_GPU = [(1, 256, 8, 2048, 512, False, None), (16, 256, 8, 2048, 512, False, None),
                (128, 256, 8, 2048, 512, False, None), (512, 256, 8, 2048, 512, False, None),
                (1, 257, 8, 2048, 512, True, None), (16, 257, 8, 2048, 512, True, None),
@@ -166,8 +168,8 @@ def _experts_swapped(first, second):
     return control
 
 
-EXPERT_KERNELS = (group_kernel, grouped_kernel, grouped_whole_kernel, pair_rows, expert_tile, tile_products,
-                  whole_tile, quantize_kernel, combine_kernel)
+EXPERT_KERNELS = (group_kernel, grouped_kernel, grouped_round_kernel, grouped_whole_kernel, pair_rows, expert_tile,
+                  tile_products, round_tile, whole_tile, quantize_kernel, combine_kernel)
 EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "two experts' weights swapped": _experts_swapped(0, 1),
                    "the first and the last expert's weights swapped": _experts_swapped(0, -1),

@@ -6,8 +6,8 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, load_words, round_kernel,
-                                  lane_rows, whole_bases, whole_kernel, whole_tile)
+from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, lane_rows, load_words,
+                                  round_kernel, round_tile, whole_bases, whole_kernel, whole_tile)
 from tensorfold.cuda.gemm_launch import launch_products, quantize_shape
 from tensorfold.cuda.gemv import output_index, swiglu
 from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
@@ -154,8 +154,8 @@ def _gate_and_up_swapped(inputs):
                          for name in ("packed", "scales", "biases")}}
 
 
-KERNELS = (gemm_kernel, round_kernel, combine_kernel, finish_output, whole_kernel, whole_tile, whole_bases, lane_rows,
-           quantize_kernel, fixed_point, digit_position, load_words)
+KERNELS = (gemm_kernel, round_kernel, round_tile, combine_kernel, finish_output, whole_kernel, whole_tile, whole_bases,
+           lane_rows, quantize_kernel, fixed_point, digit_position, load_words)
 CONTRACT = [
     KernelCheck("gemm_affine4", _twin, _launch, _cases(4), CONTROLS, kernels=KERNELS),
     KernelCheck("gemm_affine8", _twin, _launch, _cases(8, [s for s in GPU_SHAPES if s[1] != 248320 or s[0] == 1]),

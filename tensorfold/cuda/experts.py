@@ -24,14 +24,17 @@ finding its tile's expert together (`expert_tile`), then each warp `gemm.tile_pr
 (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
 `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where K is one chunk, or a prompt's pairs
 fill the GPU, `grouped_whole_kernel` instead: a block per (WARPS tiles of outputs, row tile), each warp walking all
-of K and finishing its outputs (gemm.py's `whole_tile`), no combine.
+of K and finishing its outputs (gemm.py's `whole_tile`), no combine. Where a round's pairs come a few an expert,
+`grouped_round_kernel`: a block per (tiles of outputs, row tile), a warp a chunk of K, the block finishing the
+outputs from shared memory (gemm.py's `round_tile`), no combine.
 """
 import functools
 
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda.gemm import CHUNK_COLUMNS, WARPS, gemm_affine, tile_products, warp_tiles, whole_bases, whole_tile
+from tensorfold.cuda.gemm import (CHUNK_COLUMNS, ROUND_CHUNKS, ROUND_ROWS, ROUND_TILES, WARPS, gemm_affine, round_tile,
+                                  tile_products, warp_tiles, whole_bases, whole_tile)
 from tensorfold.cuda.gemm_launch import kernel_shape, launch_combine, output_blocks, whole_fills
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
@@ -207,6 +210,29 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
 
 
 @functools.cache
+def grouped_round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
+    """The grouped GEMM and its combine in one launch, for a round's few pairs an expert (gemm.py's `round_tile`):
+    block (x, y) of `chunks` warps takes row tile y of the sorted pairs and the outputs of its tiles from x on; y
+    [pairs, outputs], gated SiLU(gate) * up."""
+    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated)
+    tile_rows = 8 * row_halves
+
+    @kernel
+    def grouped_round(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
+                      out_features, order, offsets, per_row):
+        expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
+        if expert < 0:
+            return
+        x_rows = cuda.local.array(row_halves, np.int64)
+        out_rows = cuda.local.array(row_halves, np.int64)
+        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        tile(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
+             expert * out_features, x_rows, out_rows, y, pairs, out_features, out_features, out_features)
+
+    return grouped_round
+
+
+@functools.cache
 def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
     """The grouped GEMM over the whole of K and its finish in one launch (gemm.py's `whole_tile`): block (x, y) takes
     row tile y of the sorted pairs, and its warp w the outputs from (x * WARPS + w) * written on (`whole_bases`);
@@ -261,7 +287,8 @@ def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=F
 
 def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False, whole=None):
     """The second half of `grouped_gemm`: on x's digits, exponents and S (`launch_quantize`, laid out for
-    `grouped_shape`), the whole kernel where gemm_launch.py's `whole_fills` (or `whole`) says so, else the grouped
+    `grouped_shape`), the whole kernel where gemm_launch.py's `whole_fills` (or `whole`) says so; else the round
+    kernel for a round's few pairs an expert and few chunks of K (as `launch_products` takes it); else the grouped
     kernel a chunk of K a block and the combine."""
     digits, exponents, sums = quantized
     order, offsets = grouping
@@ -276,10 +303,18 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
                  weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1])
     written = 4 * tiles if gated else 8 * tiles
     blocks = -(-count // (WARPS * written))
-    if whole if whole is not None else whole_fills(-(-pairs // experts), blocks * pairs // tile_rows, chunks):
+    average = -(-pairs // experts)  # an expert's pairs on average
+    if whole if whole is not None else whole_fills(average, blocks * pairs // tile_rows, chunks):
+        finishing = grouped_whole_kernel(weight.bits, weight.group_size, words, row_halves, tiles, gated)[
+            (blocks, row_tiles), BLOCK_THREADS, stream]
+    elif average <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
+        finishing = grouped_round_kernel(weight.bits, weight.group_size, words, row_halves, tiles, chunks, gated)[
+            (-(-count // written), row_tiles), chunks * 32, stream]
+    else:
+        finishing = None
+    if finishing is not None:  # both kernels finish their outputs themselves, and take the same arguments
         y = cuda.device_array(pairs * count, np.float32, stream=stream)
-        grouped_whole_kernel(weight.bits, weight.group_size, words, row_halves, tiles, gated)[
-            (blocks, row_tiles), BLOCK_THREADS, stream](*arguments, y, pairs, out_features, order, offsets, per_row)
+        finishing(*arguments, y, pairs, out_features, order, offsets, per_row)
         return y.reshape(pairs, count)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[

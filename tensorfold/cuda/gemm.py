@@ -294,28 +294,31 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
 
 
 @functools.cache
-def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
-    """The GEMM and its combine in one launch, for a round's few rows (no partial sums through global memory, one
-    launch less): block (x, y) of `chunks` warps takes row tile y and the outputs of `tiles` tiles of 8 from x * tiles
-    * 8 on (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs). Warp w
-    computes chunk w of K (`tile_products`) into shared memory; then thread per (row, output written) finishes it as
-    the combine kernel does (`finish_output`)."""
+def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated):
+    """A round block's tile and its combine, as a device function (no partial sums through global memory, no
+    combine launch): the block's `chunks` warps take the outputs of `tiles` tiles of 8 from block x * tiles * 8 on
+    (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs), of the weight whose
+    outputs start at row `first_weight`. Warp w computes chunk w of K (`tile_products`) into shared memory, lane (g, t)
+    on x rows x_rows[rho] of its tile rows g + 8 rho; then a thread per (row of the tile, output written) finishes it
+    as the combine kernel does (`finish_output`) into the y row y_rows[rho] of that tile row (none where negative),
+    which warp 0's lanes (g, 0) post for the block."""
     products = tile_products(bits, group_size, words, row_halves, tiles)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
     sum_slots = chunks * tile_rows * tile_outputs  # a name: numba takes a shared array's size as one
     assert not gated or tiles % 2 == 0, "a gated block holds as many up tiles as gate tiles"
 
-    @kernel
-    def round_gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,
-                   out_features, y, end1, end2, end3):
-        chunk_sums = cuda.shared.array(sum_slots, np.float64)  # [chunk, row, output]
+    @cuda.jit(device=True)
+    def tile(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
+             first_weight, x_rows, y_rows, y, rows, end1, end2, end3):
+        chunk_sums = cuda.shared.array(sum_slots, np.float64)  # [chunk, row of the tile, output of the tile]
+        tile_y_rows = cuda.shared.array(tile_rows, np.int64)  # the y row of each row of the tile
         count = out_features // 2 if gated else out_features  # outputs of y
-        x_rows = cuda.local.array(row_halves, np.int64)
-        out_rows = cuda.local.array(row_halves, np.int64)
+        slot_rows = cuda.local.array(row_halves, np.int64)  # the lane's rows of the tile: its sums' slots
         for rho in range(row_halves):
-            out_rows[rho] = cuda.threadIdx.x % 32 // 4 + 8 * rho  # a padded row reads zero digits: written, not used
-            x_rows[rho] = cuda.blockIdx.y * tile_rows + out_rows[rho]
+            slot_rows[rho] = cuda.threadIdx.x % 32 // 4 + 8 * rho
+            if cuda.threadIdx.x < 32 and cuda.threadIdx.x % 4 == 0:
+                tile_y_rows[slot_rows[rho]] = y_rows[rho]
         bases = cuda.local.array(tiles, np.int64)
         slots = cuda.local.array(tiles, np.int64)
         for n in range(tiles):
@@ -323,15 +326,33 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
             bases[n] = cuda.blockIdx.x * written + (n - tiles // 2 if up else n) * 8 + (count if up else 0)
             slots[n] = n * 8
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, chunk_sums,
-                 tile_rows * tile_outputs, tile_outputs, out_features, 0, cuda.threadIdx.x // 32, bases, slots,
-                 x_rows, out_rows, False)
+                 tile_rows * tile_outputs, tile_outputs, out_features, first_weight, cuda.threadIdx.x // 32, bases,
+                 slots, x_rows, slot_rows, False)
         cuda.syncthreads()
         for i in range(cuda.threadIdx.x, tile_rows * written, cuda.blockDim.x):
             r, j = i // written, i % written
-            row, o = cuda.blockIdx.y * tile_rows + r, cuda.blockIdx.x * written + j
-            if row < rows and o < count:
+            row, o = tile_y_rows[r], cuda.blockIdx.x * written + j
+            if row >= 0 and o < count:
                 finish_output(chunk_sums, r * tile_outputs + j, tile_rows * tile_outputs, chunks, written, gated, y,
                               row, o, rows, out_features, end1, end2, end3)
+
+    return tile
+
+
+@functools.cache
+def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
+    """The GEMM and its combine in one launch, for a round's few rows (`round_tile`): block (x, y) of `chunks` warps
+    takes row tile y; a padded row reads the quantize kernel's zero digits and is finished into no row of y."""
+    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated)
+
+    @kernel
+    def round_gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,
+                   out_features, y, end1, end2, end3):
+        x_rows = cuda.local.array(row_halves, np.int64)
+        y_rows = cuda.local.array(row_halves, np.int64)
+        lane_rows(x_rows, y_rows, rows, row_halves)
+        tile(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features, 0,
+             x_rows, y_rows, y, rows, end1, end2, end3)
 
     return round_gemm
 
