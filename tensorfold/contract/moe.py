@@ -11,7 +11,7 @@ from tensorfold.device.grid import to_host
 
 # (rows, experts, k): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's router (256 experts, top 8) at
 # a decode round's rows and a prompt chunk's, and the 397B's (512, top 10)
-ROUTE_SIM = [(5, 8, 2), (3, 6, 3)]
+ROUTE_SIM = [(5, 8, 2), (3, 6, 3), (2, 70, 4)]  # the last: lanes of the router's warp hold several experts
 ROUTE_GPU = [(1, 256, 8), (16, 256, 8), (512, 256, 8), (7, 512, 10)]
 
 
@@ -19,7 +19,8 @@ def _route_cases(mode, rng):
     out = []
     for rows, experts, k in ROUTE_SIM if mode == "sim" else ROUTE_GPU:
         logits = rng.normal(0, 2, (rows, experts)).astype(np.float32)
-        logits[0, 1] = logits[0, 3] = logits[0].max() + 1  # a tie at the top: the lower expert ranks first
+        tied = [j for j in (1, 3, 33) if j < experts]  # 1 and 33 share a lane of the router's warp, 3 does not
+        logits[0, tied] = logits[0].max() + 1  # a tie at the top: the lower expert ranks first
         out.append((f"{rows}x{experts} top {k}", {"logits": logits, "k": k}))
     return out
 

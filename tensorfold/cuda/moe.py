@@ -11,18 +11,19 @@ ids stay on the device for the routed experts' grouped GEMM (experts.py), y [row
 The weighted sum is `fma32` (float64, rounded once) rank by rank, the highest weight first, then the shared
 expert's output times its gate.
 
-Mappings: `route_kernel` one block a row, thread t holding experts t, t + ROUTE_THREADS, ...: each expert's
-probability computed once into shared memory, the sum by one thread in expert order, and each rank's choice a
-block-wide reduction in the total order; `combine_kernel` one thread a (row, hidden output).
+Mappings: `route_kernel` one warp a row, lane t holding experts t, t + 32, ...: each expert's probability computed
+once into shared memory, the sum by one lane in expert order, and each rank's choice a butterfly of shuffles in the
+total order (a warp, not a block: a decode round routes one row a layer, and a block's reductions wait at a barrier
+each step); `combine_kernel` one thread a (row, hidden output).
 """
 import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin
+from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
-ROUTE_THREADS = 128  # threads of a router block (a power of two, for the reduction's halving)
 MAX_EXPERTS = 4096  # experts a router block holds in shared memory (16 KiB): the configs' limit is no larger
 
 # --- the twins ----------------------------------------------------------------------------------------------------
@@ -68,57 +69,52 @@ def ranks_before(p, j, q, i):
 
 
 @cuda.jit(device=True)
-def block_best(values, experts, t):
-    """values[0], experts[0] = the block's first pair in the order of `ranks_before` (thread t wrote its own pair at
-    t). The order is total, so the pairing of the tree below cannot change the winner."""
-    width = ROUTE_THREADS // 2
-    while width > 0:
-        cuda.syncthreads()
-        if t < width and ranks_before(values[t + width], experts[t + width], values[t], experts[t]):
-            values[t], experts[t] = values[t + width], experts[t + width]
-        width //= 2
-    cuda.syncthreads()
+def warp_best(value, expert):
+    """The warp's first (value, expert) pair in the order of `ranks_before`, in every lane: a butterfly of shuffles.
+    The order is total, so the pairing cannot change the winner."""
+    step = 1
+    while step < 32:
+        other, other_expert = shfl_xor(value, step, FULL_WARP), shfl_xor(expert, step, FULL_WARP)
+        if ranks_before(other, other_expert, value, expert):
+            value, expert = other, other_expert
+        step *= 2
+    return value, expert
 
 
 @kernel
 def route_kernel(logits, k, ids, weights):
-    r, t = cuda.blockIdx.x, cuda.threadIdx.x
+    r, lane = cuda.blockIdx.x, cuda.threadIdx.x
     experts = logits.shape[1]
-    p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability, -1 once it is chosen
-    values = cuda.shared.array(ROUTE_THREADS, np.float32)
-    winners = cuda.shared.array(ROUTE_THREADS, np.int32)
+    p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability; only its lane reads or marks it
     total = cuda.shared.array(1, np.float32)
     largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
-    for j in range(t, experts, ROUTE_THREADS):
+    for j in range(lane, experts, 32):
         largest = max(largest, logits[r, j])
-    values[t], winners[t] = largest, 0
-    block_best(values, winners, t)
-    top = values[0]
-    for j in range(t, experts, ROUTE_THREADS):
+    top = warp_best(largest, np.int32(0))[0]
+    for j in range(lane, experts, 32):
         p[j] = exp32(logits[r, j] - top)
-    cuda.syncthreads()
-    if t == 0:  # the softmax's sum in expert order, one thread, as the twin adds
+    cuda.syncthreads()  # the block is the warp
+    if lane == 0:  # the softmax's sum in expert order, one lane, as the twin adds
         acc = np.float32(0)
         for j in range(experts):
             acc += p[j]
         total[0] = acc
-    cuda.syncthreads()
-    for j in range(t, experts, ROUTE_THREADS):
+    cuda.syncthreads()  # the block is the warp
+    for j in range(lane, experts, 32):
         p[j] = np.float32(p[j] / total[0])
     chosen_total = np.float32(0)
     for n in range(k):  # rank n: the first expert not yet chosen, in the order of ranks_before
-        best_p, best = np.float32(-2), experts  # below every probability and every chosen mark
-        for j in range(t, experts, ROUTE_THREADS):
+        best_p, best = np.float32(-2), np.int32(experts)  # below every probability and every chosen mark
+        for j in range(lane, experts, 32):
             if ranks_before(p[j], j, best_p, best):
-                best_p, best = p[j], j
-        values[t], winners[t] = best_p, best
-        block_best(values, winners, t)
-        if t == 0:
-            ids[r, n], weights[r, n] = winners[0], values[0]
-            chosen_total += values[0]
-            p[winners[0]] = np.float32(-1)
-        cuda.syncthreads()
-    if t == 0:
+                best_p, best = p[j], np.int32(j)
+        best_p, best = warp_best(best_p, best)
+        if best % 32 == lane:  # its lane marks it chosen
+            p[best] = np.float32(-1)
+        if lane == 0:
+            ids[r, n], weights[r, n] = best, best_p
+            chosen_total += best_p
+    if lane == 0:
         for n in range(k):
             weights[r, n] = np.float32(weights[r, n] / chosen_total)
 
@@ -145,7 +141,7 @@ def route_launch(logits, k, stream=0):
     assert logits.shape[1] <= MAX_EXPERTS, f"{logits.shape[1]} experts: a router block holds {MAX_EXPERTS}"
     ids = cuda.device_array((rows, k), np.int32, stream=stream)
     weights = cuda.device_array((rows, k), np.float32, stream=stream)
-    route_kernel[rows, ROUTE_THREADS, stream](logits, k, ids, weights)
+    route_kernel[rows, 32, stream](logits, k, ids, weights)
     return ids, weights
 
 
