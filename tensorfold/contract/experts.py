@@ -24,6 +24,7 @@ from tensorfold.cuda.experts import (
     grouped_round_kernel,
     grouped_whole_kernel,
     pair_rows,
+    tile_pairs,
     routed_experts,
     routed_experts_launch,
 )
@@ -168,8 +169,8 @@ def _experts_swapped(first, second):
     return control
 
 
-EXPERT_KERNELS = (group_kernel, grouped_kernel, grouped_round_kernel, grouped_whole_kernel, pair_rows, expert_tile,
-                  tile_products, round_tile, whole_tile, quantize_kernel, combine_kernel)
+EXPERT_KERNELS = (group_kernel, grouped_kernel, grouped_round_kernel, grouped_whole_kernel, tile_pairs, pair_rows,
+                  expert_tile, tile_products, round_tile, whole_tile, quantize_kernel, combine_kernel)
 EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "two experts' weights swapped": _experts_swapped(0, 1),
                    "the first and the last expert's weights swapped": _experts_swapped(0, -1),

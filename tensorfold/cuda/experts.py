@@ -184,22 +184,31 @@ def pair_rows(order, first, end, per_row, x_rows, out_rows, row_halves):
         out_rows[rho] = pair if place < end else -1
 
 
+@cuda.jit(device=True)
+def tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves):
+    """The expert of the block's row tile (block y) of the sorted pairs, and the lane's rows of it in x_rows and
+    out_rows (`pair_rows`); -1 past the round's last tile (the grid is sized for the worst case). Every thread of
+    the block calls it (`expert_tile`)."""
+    expert, first = expert_tile(offsets, cuda.blockIdx.y, 8 * row_halves)
+    if expert >= 0:
+        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+    return expert
+
+
 @functools.cache
 def grouped_kernel(bits, group_size, words, row_halves, tiles):
     """The grouped GEMM kernel: block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, row tile y of
-    the sorted pairs (`expert_tile`, `pair_rows`), chunk z of K, and writes its partial sums."""
+    the sorted pairs (`tile_pairs`), chunk z of K, and writes its partial sums."""
     products = tile_products(bits, group_size, words, row_halves, tiles)
-    tile_rows = 8 * row_halves
 
     @kernel
     def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
                 out_features, order, offsets, per_row):
-        expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
-        if expert < 0:  # the grid is sized for the worst case: this tile holds no pairs this round
-            return
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves)
+        if expert < 0:
+            return
         bases = cuda.local.array(tiles, np.int64)
         warp_tiles(bases, tiles)
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
@@ -215,17 +224,15 @@ def grouped_round_kernel(bits, group_size, words, row_halves, tiles, chunks, gat
     block (x, y) of `chunks` warps takes row tile y of the sorted pairs and the outputs of its tiles from x on; y
     [pairs, outputs], gated SiLU(gate) * up."""
     tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated)
-    tile_rows = 8 * row_halves
 
     @kernel
     def grouped_round(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
                       out_features, order, offsets, per_row):
-        expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
-        if expert < 0:
-            return
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves)
+        if expert < 0:
+            return
         tile(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
              expert * out_features, x_rows, out_rows, y, pairs, out_features, out_features, out_features)
 
@@ -238,17 +245,16 @@ def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
     row tile y of the sorted pairs, and its warp w the outputs from (x * WARPS + w) * written on (`whole_bases`);
     y [pairs, outputs], gated SiLU(gate) * up."""
     whole = whole_tile(bits, group_size, words, row_halves, tiles, gated)
-    tile_rows, written = 8 * row_halves, 4 * tiles if gated else 8 * tiles
+    written = 4 * tiles if gated else 8 * tiles
 
     @kernel
     def grouped_whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
                       out_features, order, offsets, per_row):
-        expert, first = expert_tile(offsets, cuda.blockIdx.y, tile_rows)
-        if expert < 0:
-            return
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves)
+        if expert < 0:
+            return
         bases = cuda.local.array(tiles, np.int64)
         whole_bases(bases, tiles, written, gated, out_features // 2 if gated else out_features)
         whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
