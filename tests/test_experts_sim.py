@@ -40,8 +40,8 @@ def x_rows(rng):
 
 
 def grouping_on_device(ids, experts):
-    order, offsets = group_launch(cuda.to_device(ids), experts)
-    return order.copy_to_host(), offsets.copy_to_host()
+    grouping = group_launch(cuda.to_device(ids), experts)
+    return grouping.order.copy_to_host(), grouping.offsets.copy_to_host()
 
 
 def test_the_device_grouping_equals_expert_pairs():

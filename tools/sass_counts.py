@@ -9,7 +9,7 @@ the package does not:
 
 For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's (a
 chunk of K a block, and the whole of K a warp), the routed experts' grouped GEMM (a round's, and a prompt's over the
-whole of K) and their grouping, x's quantize, the residual norm and the DeltaNet scan (of a window, and
+whole of K), their grouping and the router, x's quantize, the residual norm and the DeltaNet scan (of a window, and
 of one row for each of several lanes) it prints the registers a thread takes and the blocks of its launch's size that
 fit on a multiprocessor with them and its shared memory (`blocks_a_multiprocessor`: where a change of registers costs a
 block, the warps that hide each load's latency go with it), the bytes spilled to local memory, and the basic block with
@@ -101,12 +101,12 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from numba import types
 
-    from tensorfold.cuda import deltanet, experts, gemm, gemm_launch, quantize, rmsnorm
+    from tensorfold.cuda import deltanet, experts, gemm, gemm_launch, moe, quantize, rmsnorm
     from tensorfold.device.grid import BLOCK
     u32, i32, f32, f64 = (getattr(types, name)[::1] for name in ("uint32", "int32", "float32", "float64"))
     f2, f3, f4, i2 = types.float32[:, ::1], types.float32[:, :, ::1], types.float32[:, :, :, ::1], types.int32[:, ::1]
     # gemm_kernel's arguments (digits, exponents, S, columns, padded rows, codes, words a row, scales, biases,
-    # groups a row, partials, rows, outputs); the grouped kernel's add the sorted pairs, their offsets, x rows a pair
+    # groups a row, partials, rows, outputs)
     products = (u32, i32, i32, types.int64, types.int64, u32, types.int64, f32, f32, types.int64, f64, types.int64,
                 types.int64)
     # the round kernel's: products' up to groups a row, then rows, outputs, y and the parts' three ends
@@ -126,16 +126,18 @@ def main():
                  gemm.whole_kernel(4, 64, *gemm_launch.kernel_shape(2048, 4, 64, columns, outs), gated), rounds,
                  gemm.WARPS * 32) for name, columns, outs, gated in (("gate/up", 2048, 12288, True),
                                                                      ("down", 6144, 2048, False))]
-    # the grouped whole kernel's: products' up to groups a row, then y, pairs, outputs, the sorted pairs, their
-    # offsets, x rows a pair
-    grouped_whole = products[:10] + (f32, types.int64, types.int64, i32, i32, types.int64)
-    kernels += [("grouped expert GEMM, 4-bit, a round", experts.grouped_kernel(4, 64, round_words, 1, gemm.ROUND_TILES),
-                 products + (i32, i32, types.int64), experts.BLOCK_THREADS),
+    # the grouped round and whole kernels': products' up to groups a row, then y, pairs, outputs, the sorted pairs,
+    # their offsets, the tile table, x rows a pair
+    grouped_finishing = products[:10] + (f32, types.int64, types.int64, i32, i32, i2, types.int64)
+    kernels += [("grouped expert GEMM and combine, 4-bit, a round's gate/up", experts.grouped_round_kernel(
+                    4, 64, round_words, 1, gemm.ROUND_TILES, chunks, True), grouped_finishing, chunks * 32),
                 ("grouped expert GEMM over the whole of K, 4-bit, a prompt chunk's gate/up",
-                 experts.grouped_whole_kernel(4, 64, *gemm_launch.kernel_shape(72, 4, 64, 2048), True), grouped_whole,
-                 experts.BLOCK_THREADS),
+                 experts.grouped_whole_kernel(4, 64, *gemm_launch.kernel_shape(72, 4, 64, 2048), True),
+                 grouped_finishing, experts.BLOCK_THREADS),
                 ("expert grouping (the pairs sorted by expert)", experts.group_kernel,
                  (i2, types.int64, types.int64, i32, i32), experts.GROUP_THREADS),
+                ("the grouping's tile table", experts.tile_kernel, (i32, types.int64, i2), experts.TILE_THREADS),
+                ("router (top k of each row's experts)", moe.route_kernel, (f2, types.int64, i2, f2), 32),
                 ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),
                  (f2, types.int8[:, :, ::1], i2, i2), quantize_threads),
                 ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2), rmsnorm.THREADS),

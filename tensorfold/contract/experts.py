@@ -16,7 +16,6 @@ from tensorfold.contract.controls import swap_rows
 from tensorfold.contract.gemm import random_affine
 from tensorfold.cuda.experts import (
     expert_pairs,
-    expert_tile,
     with_shared,
     group_kernel,
     group_launch,
@@ -24,11 +23,14 @@ from tensorfold.cuda.experts import (
     grouped_round_kernel,
     grouped_whole_kernel,
     pair_rows,
+    tile_kernel,
     tile_pairs,
     routed_experts,
     routed_experts_launch,
+    row_tiles,
 )
 from tensorfold.cuda.gemm import combine_kernel, round_tile, tile_products, whole_tile
+from tensorfold.cuda.gemm_launch import row_halves_for
 from tensorfold.cuda.quantize import quantize_kernel
 from tensorfold.device.grid import to_host
 
@@ -62,13 +64,21 @@ def _groups_cases(mode, rng):
 
 
 def _groups_twin(ids, experts, shared):
-    """`expert_pairs` as the kernel writes it: the pairs in one list, and where each expert's start."""
+    """`expert_pairs` as the kernels write it: the pairs in one list, where each expert's start, and the table of the
+    row tiles they fill (each tile's expert and first place, -1 past the last)."""
     pairs = expert_pairs(with_shared(ids, experts, shared), experts)
-    return np.concatenate(pairs).astype(np.int32), np.cumsum([0] + [len(p) for p in pairs]).astype(np.int32)
+    offsets = np.cumsum([0] + [len(p) for p in pairs]).astype(np.int32)
+    count = len(ids) * (ids.shape[1] + shared)
+    tile_rows = 8 * row_halves_for(-(-count // experts))
+    table = np.full((2, row_tiles(count, experts, tile_rows)), -1, np.int32)
+    tiles = [(e, first) for e in range(experts) for first in range(offsets[e], offsets[e + 1], tile_rows)]
+    table[:, :len(tiles)] = np.array(tiles, np.int32).T
+    return np.concatenate(pairs).astype(np.int32), offsets, table
 
 
 def _groups_launch(ids, experts, shared):
-    return to_host(group_launch(cuda.to_device(ids), experts, shared))
+    grouping = group_launch(cuda.to_device(ids), experts, shared)
+    return to_host((grouping.order, grouping.offsets, grouping.table))
 
 
 def _pair_to_another_expert(inputs):
@@ -169,8 +179,8 @@ def _experts_swapped(first, second):
     return control
 
 
-EXPERT_KERNELS = (group_kernel, grouped_kernel, grouped_round_kernel, grouped_whole_kernel, tile_pairs, pair_rows,
-                  expert_tile, tile_products, round_tile, whole_tile, quantize_kernel, combine_kernel)
+EXPERT_KERNELS = (group_kernel, tile_kernel, grouped_kernel, grouped_round_kernel, grouped_whole_kernel, tile_pairs,
+                  pair_rows, tile_products, round_tile, whole_tile, quantize_kernel, combine_kernel)
 EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "two experts' weights swapped": _experts_swapped(0, 1),
                    "the first and the last expert's weights swapped": _experts_swapped(0, -1),
@@ -178,7 +188,7 @@ EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
 CONTRACT = [
     KernelCheck("moe_expert_groups", _groups_twin, _groups_launch, _groups_cases,
                 {"a pair counted in another expert": _pair_to_another_expert, "two rows swapped": swap_rows("ids")},
-                kernels=(group_kernel,)),
+                kernels=(group_kernel, tile_kernel)),
     KernelCheck("moe_routed_experts4", _experts_twin, _experts_launch, _experts_cases(4), EXPERT_CONTROLS,
                 kernels=EXPERT_KERNELS),
     KernelCheck("moe_routed_experts8", _experts_twin, _experts_launch, _experts_cases(8), EXPERT_CONTROLS,

@@ -14,13 +14,15 @@ which rows share the expert or how many.
 
 The twin sorts the pairs with NumPy and runs each expert's rows through `gemm.gemm_affine` (or any row-independent
 `linear`). The kernels keep the expert ids on the device (no copy to the host, so a decode round with experts can
-be recorded as a CUDA graph): `group_kernel` sorts the pairs on the device, and the GEMM's grid is sized for the
-worst case, its blocks finding their expert and rows from the sort (a block past the round's last tile returns).
+be recorded as a CUDA graph): `group_kernel` sorts the pairs on the device, `tile_kernel` lists the row tiles they
+fill, and the GEMM's grid is sized for the worst case, its blocks reading their expert and rows from the list and the
+sort (a block past the round's last tile returns).
 
 Mappings: `group_kernel` a block an expert, its threads taking the pairs a block at a time (each pair's place: the
-pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over the block); `grouped_kernel` a block
-per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block first
-finding its tile's expert together (`expert_tile`), then each warp `gemm.tile_products` on the rows it gathers
+pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over the block); `tile_kernel` one block,
+a thread a run of experts (where its tiles start: a prefix sum over the block); `grouped_kernel` a block per (WARPS *
+tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block reading its tile's
+expert and first place from the table (`tile_pairs`), then each warp `gemm.tile_products` on the rows it gathers
 (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
 `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where K is one chunk, or a prompt's pairs
 fill the GPU, `grouped_whole_kernel` instead: a block per (WARPS tiles of outputs, row tile), each warp walking all
@@ -29,13 +31,14 @@ of K and finishing its outputs (gemm.py's `whole_tile`), no combine. Where a rou
 outputs from shared memory (gemm.py's `round_tile`), no combine.
 """
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.gemm import (CHUNK_COLUMNS, ROUND_CHUNKS, ROUND_ROWS, ROUND_TILES, WARPS, gemm_affine, round_tile,
                                   tile_products, warp_tiles, whole_bases, whole_tile)
-from tensorfold.cuda.gemm_launch import kernel_shape, launch_combine, output_blocks, whole_fills
+from tensorfold.cuda.gemm_launch import kernel_shape, launch_combine, output_blocks, row_halves_for, whole_fills
 from tensorfold.cuda.gemv import swiglu
 from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import flat
@@ -82,6 +85,7 @@ def routed_experts(x, ids, gate_up, down, linear=affine_linear, shared=False):
 
 BLOCK_THREADS = WARPS * 32  # threads of a grouped GEMM block
 GROUP_THREADS = 128  # threads of a group_kernel block at most: the pairs it takes at a time
+TILE_THREADS = 128  # threads of the tile_kernel's block: a run of experts each
 
 
 @cuda.jit(device=True)
@@ -141,15 +145,14 @@ def expert_tiles(offsets, e, tile_rows):
     return (offsets[e + 1] - offsets[e] + tile_rows - 1) // tile_rows
 
 
-@cuda.jit(device=True)
-def expert_tile(offsets, tile, tile_rows):
-    """(expert, its first place in the order) of row tile `tile`: each expert's pairs in tiles of `tile_rows`, the
-    experts' tiles in expert order; (-1, 0) past the last tile. Found by the whole block (every thread gets the
-    answer), so no thread walks every expert: thread t counts the tiles of its run of experts, the block adds the
-    runs up (an integer prefix sum, in shared memory), and the thread whose run holds the tile walks that run."""
+@kernel
+def tile_kernel(offsets, tile_rows, table):
+    """The row tiles of the sorted pairs, as the table the grouped kernels read: each expert's pairs in tiles of
+    `tile_rows`, the experts' tiles in expert order; table[0, i] the expert of tile i and table[1, i] its first place
+    in the order, both -1 past the last tile. One block: thread t counts the tiles of its run of experts, the block
+    adds the runs up (an integer prefix sum, in shared memory), and each thread writes its run's tiles."""
     t, threads = cuda.threadIdx.x, cuda.blockDim.x
-    ends = cuda.shared.array(BLOCK_THREADS, np.int32)  # tiles before the end of each thread's run
-    found = cuda.shared.array(2, np.int32)
+    ends = cuda.shared.array(TILE_THREADS, np.int32)  # tiles before the end of each thread's run
     experts = offsets.shape[0] - 1
     run = (experts + threads - 1) // threads
     lowest, past = min(t * run, experts), min(t * run + run, experts)
@@ -157,18 +160,14 @@ def expert_tile(offsets, tile, tile_rows):
     for e in range(lowest, past):
         count += expert_tiles(offsets, e, tile_rows)
     ends[t] = count
-    if t == 0:
-        found[0], found[1] = -1, 0
     inclusive_scan(ends, t, threads)
-    start = ends[t] - count
-    if start <= tile < ends[t]:
-        for e in range(lowest, past):
-            if tile < start + expert_tiles(offsets, e, tile_rows):
-                found[0], found[1] = e, offsets[e] + (tile - start) * tile_rows
-                break
-            start += expert_tiles(offsets, e, tile_rows)
-    cuda.syncthreads()
-    return found[0], found[1]
+    tile = ends[t] - count
+    for e in range(lowest, past):
+        for n in range(expert_tiles(offsets, e, tile_rows)):
+            table[0, tile], table[1, tile] = e, offsets[e] + n * tile_rows
+            tile += 1
+    for i in range(ends[threads - 1] + t, table.shape[1], threads):
+        table[0, i], table[1, i] = -1, -1
 
 
 @cuda.jit(device=True)
@@ -185,13 +184,13 @@ def pair_rows(order, first, end, per_row, x_rows, out_rows, row_halves):
 
 
 @cuda.jit(device=True)
-def tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves):
-    """The expert of the block's row tile (block y) of the sorted pairs, and the lane's rows of it in x_rows and
-    out_rows (`pair_rows`); -1 past the round's last tile (the grid is sized for the worst case). Every thread of
-    the block calls it (`expert_tile`)."""
-    expert, first = expert_tile(offsets, cuda.blockIdx.y, 8 * row_halves)
+def tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves):
+    """The expert of the block's row tile (block y) of the sorted pairs (`tile_kernel`'s table), and the lane's rows
+    of it in x_rows and out_rows (`pair_rows`); -1 past the round's last tile (the grid is sized for the worst
+    case)."""
+    expert = table[0, cuda.blockIdx.y]
     if expert >= 0:
-        pair_rows(order, first, offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        pair_rows(order, table[1, cuda.blockIdx.y], offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
     return expert
 
 
@@ -203,10 +202,10 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
 
     @kernel
     def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
-                out_features, order, offsets, per_row):
+                out_features, order, offsets, table, per_row):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        expert = tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves)
         if expert < 0:
             return
         bases = cuda.local.array(tiles, np.int64)
@@ -227,10 +226,10 @@ def grouped_round_kernel(bits, group_size, words, row_halves, tiles, chunks, gat
 
     @kernel
     def grouped_round(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
-                      out_features, order, offsets, per_row):
+                      out_features, order, offsets, table, per_row):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        expert = tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves)
         if expert < 0:
             return
         tile(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
@@ -249,10 +248,10 @@ def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
 
     @kernel
     def grouped_whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
-                      out_features, order, offsets, per_row):
+                      out_features, order, offsets, table, per_row):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        expert = tile_pairs(order, offsets, per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves)
         if expert < 0:
             return
         bases = cuda.local.array(tiles, np.int64)
@@ -265,16 +264,35 @@ def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
 
 # --- launchers ----------------------------------------------------------------------------------------------------
 
-def group_launch(ids, experts, shared=False, stream=0):
-    """`group_kernel` on device ids [rows, k] (with `shared`, a last rank on the last expert for every row):
-    (order [pairs], offsets [experts + 1]) on the device."""
+class Grouping(NamedTuple):
+    """A round's pairs grouped by expert on the device (`group_launch`): the pairs in expert order, where each
+    expert's start, the table of row tiles (`tile_kernel`) and the rows of a tile."""
+    order: object
+    offsets: object
+    table: object
+    tile_rows: int
+
+
+def group_launch(ids, experts, shared=False, stream=0) -> Grouping:
+    """`group_kernel` and `tile_kernel` on device ids [rows, k] (with `shared`, a last rank on the last expert for
+    every row): order [pairs], offsets [experts + 1] and the table [2, row tiles] of tiles of the rows the grouped
+    kernels' shape takes (`grouped_shape`), on the device."""
     per_row = ids.shape[1] + shared
     pairs = ids.shape[0] * per_row
     order = cuda.device_array(pairs, np.int32, stream=stream)
     offsets = cuda.device_array(experts + 1, np.int32, stream=stream)
     threads = min(GROUP_THREADS, max(32, 1 << (pairs - 1).bit_length()))  # a decode round's few pairs: one warp
     group_kernel[experts + 1, threads, stream](ids, per_row, experts - 1, order, offsets)
-    return order, offsets
+    tile_rows = 8 * row_halves_for(-(-pairs // experts))
+    table = cuda.device_array((2, row_tiles(pairs, experts, tile_rows)), np.int32, stream=stream)
+    tile_kernel[1, TILE_THREADS, stream](offsets, tile_rows, table)
+    return Grouping(order, offsets, table, tile_rows)
+
+
+def row_tiles(pairs, experts, tile_rows) -> int:
+    """The most row tiles `pairs` pairs on `experts` experts fill (the sum of ceil(n_e / tile_rows), at most): the
+    tile table's length, and the grouped kernels' grid."""
+    return min(pairs, pairs // tile_rows + min(experts, pairs))
 
 
 def grouped_shape(pairs, experts, weight, columns):
@@ -297,13 +315,12 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     kernel for a round's few pairs an expert and few chunks of K (as `launch_products` takes it); else the grouped
     kernel a chunk of K a block and the combine."""
     digits, exponents, sums = quantized
-    order, offsets = grouping
     columns, x_rows = digits.shape[2], digits.shape[1]
     out_features = weight.out_features // experts
     count = out_features // 2 if gated else out_features
-    words, row_halves, tiles = grouped_shape(pairs, experts, weight, columns)
-    tile_rows = 8 * row_halves
-    row_tiles = min(pairs, pairs // tile_rows + min(experts, pairs))  # sum of ceil(n_e / tile_rows), at most
+    words, halves, tiles = grouped_shape(pairs, experts, weight, columns)
+    tile_rows, tiled = 8 * halves, grouping.table.shape[1]
+    assert tile_rows == grouping.tile_rows, "the grouping's tiles are the kernel's"
     chunks = -(-columns // CHUNK_COLUMNS)
     arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
                  weight.data.shape[1], flat(weight.scales), flat(weight.biases), weight.scales.shape[1])
@@ -311,21 +328,21 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     blocks = -(-count // (WARPS * written))
     average = -(-pairs // experts)  # an expert's pairs on average
     if whole if whole is not None else whole_fills(average, blocks * pairs // tile_rows, chunks):
-        finishing = grouped_whole_kernel(weight.bits, weight.group_size, words, row_halves, tiles, gated)[
-            (blocks, row_tiles), BLOCK_THREADS, stream]
+        finishing = grouped_whole_kernel(weight.bits, weight.group_size, words, halves, tiles, gated)[
+            (blocks, tiled), BLOCK_THREADS, stream]
     elif average <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
-        finishing = grouped_round_kernel(weight.bits, weight.group_size, words, row_halves, tiles, chunks, gated)[
-            (-(-count // written), row_tiles), chunks * 32, stream]
+        finishing = grouped_round_kernel(weight.bits, weight.group_size, words, halves, tiles, chunks, gated)[
+            (-(-count // written), tiled), chunks * 32, stream]
     else:
         finishing = None
     if finishing is not None:  # both kernels finish their outputs themselves, and take the same arguments
         y = cuda.device_array(pairs * count, np.float32, stream=stream)
-        finishing(*arguments, y, pairs, out_features, order, offsets, per_row)
+        finishing(*arguments, y, pairs, out_features, grouping.order, grouping.offsets, grouping.table, per_row)
         return y.reshape(pairs, count)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
-    grouped_kernel(weight.bits, weight.group_size, words, row_halves, tiles)[
-        (output_blocks(out_features, tiles), row_tiles, chunks), BLOCK_THREADS, stream](
-        *arguments, partials, pairs, out_features, order, offsets, per_row)
+    grouped_kernel(weight.bits, weight.group_size, words, halves, tiles)[
+        (output_blocks(out_features, tiles), tiled, chunks), BLOCK_THREADS, stream](
+        *arguments, partials, pairs, out_features, grouping.order, grouping.offsets, grouping.table, per_row)
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
 

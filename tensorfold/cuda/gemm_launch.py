@@ -34,10 +34,15 @@ def kernel_shape(rows, bits, group_size, columns, out_features=0):
     for words in ((4, 2, 1) if bits == 4 else (4, 2)):
         span = step_shape(bits, words)[0]
         if columns % span == 0 and 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0):
-            if rows <= 8:
-                return words, 1, WIDE_TILES if out_features >= WIDE_OUTPUTS else ROUND_TILES
-            return words, 2, ROUND_TILES
+            wide = rows <= 8 and out_features >= WIDE_OUTPUTS
+            return words, row_halves_for(rows), WIDE_TILES if wide else ROUND_TILES
     raise ValueError(f"no step of {bits}-bit codes fits {columns} columns in groups of {group_size}")
+
+
+def row_halves_for(rows) -> int:
+    """The row halves (8 rows each) of `kernel_shape`'s row tile for a call of `rows` rows: one tile of 8 or 16 rows
+    for a round, PROMPT_ROW_HALVES for more."""
+    return 1 if rows <= 8 else 2 if rows <= ROUND_ROWS else PROMPT_ROW_HALVES
 
 
 def quantize_shape(rows, bits, group_size, columns) -> tuple:
