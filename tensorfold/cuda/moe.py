@@ -24,7 +24,7 @@ from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
-MAX_EXPERTS = 4096  # experts a router block holds in shared memory (16 KiB an array): the configs' limit is no larger
+MAX_EXPERTS = 4096  # experts a router block holds in shared memory (16 KiB): the configs' limit is no larger
 ROUTE_LOADS = 8  # values a lane loads before it uses any, so that their latencies overlap (a row of 256: all at once)
 
 # --- the twins ----------------------------------------------------------------------------------------------------
@@ -95,7 +95,6 @@ def route_kernel(logits, k, ids, weights):
     r, lane = cuda.blockIdx.x, cuda.threadIdx.x
     experts = logits.shape[1]
     p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability; only its lane reads or marks it
-    chosen = cuda.shared.array(MAX_EXPERTS, np.float32)  # each rank's probability
     totals = cuda.shared.array(2, np.float32)  # the softmax's sum, the chosen probabilities' sum
     batch = cuda.local.array(ROUTE_LOADS, np.float32)
     row = logits[r]
@@ -136,13 +135,13 @@ def route_kernel(logits, k, ids, weights):
         if best % 32 == lane:  # its lane marks it chosen
             p[best] = np.float32(-1)
         if lane == 0:
-            ids[r, n], chosen[n] = best, best_p
+            ids[r, n], weights[r, n] = best, best_p
             chosen_total += best_p
     if lane == 0:
         totals[1] = chosen_total
-    cuda.syncthreads()
+    cuda.syncthreads()  # lane 0's stores, seen by every lane
     for n in range(lane, k, 32):
-        weights[r, n] = np.float32(chosen[n] / totals[1])
+        weights[r, n] = np.float32(weights[r, n] / totals[1])
 
 
 @kernel
