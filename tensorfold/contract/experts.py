@@ -35,12 +35,12 @@ from tensorfold.cuda.quantize import quantize_kernel
 from tensorfold.device.grid import to_host
 
 # (rows, experts, k, hidden, expert width, shared: the last expert is the shared one, folded in, every row's rank k,
-# whole: the kernels to take, `grouped_products`, None for their own choice): under the simulator a few rows; on the
-# GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks' (the last of each: more than 16 rows
-# an expert on average, the prompt kernel's shape)
-EXPERTS_SIM = [(3, 4, 2, 64, 64, False, None), (2, 4, 2, 64, 64, True, None),  # 6 pairs on 4 experts: one expert
-               (26, 3, 2, 64, 64, False, None), (26, 3, 2, 64, 64, False, False),  # holds two
-               (2, 4, 2, 576, 64, True, None)]  # K of two chunks: gate/up in the round kernel
+# whole: the kernels to take, `grouped_products`, None for their own choice): under the simulator a few rows (the
+# first: 6 pairs on 4 experts, one expert holding two; the second: K of two chunks, its gate/up in the round kernel);
+# on the GPU Qwen3.5-35B-A3B's experts at a decode round's rows, and at prompt chunks' (the last of each: more than 16
+# rows an expert on average, the prompt kernel's shape)
+EXPERTS_SIM = [(3, 4, 2, 64, 64, False, None), (2, 4, 2, 576, 64, True, None), (26, 3, 2, 64, 64, False, None),
+               (26, 3, 2, 64, 64, False, False)]
 EXPERTS_GPU = [(1, 256, 8, 2048, 512, False, None), (16, 256, 8, 2048, 512, False, None),
                (128, 256, 8, 2048, 512, False, None), (512, 256, 8, 2048, 512, False, None),
                (1, 257, 8, 2048, 512, True, None), (16, 257, 8, 2048, 512, True, None),

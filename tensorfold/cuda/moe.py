@@ -25,7 +25,6 @@ from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
 MAX_EXPERTS = 4096  # experts a router block holds in shared memory (16 KiB): the configs' limit is no larger
-ROUTE_LOADS = 8  # values a lane loads before it uses any, so that their latencies overlap (a row of 256: all at once)
 
 # --- the twins ----------------------------------------------------------------------------------------------------
 
@@ -82,55 +81,33 @@ def warp_best(value, expert):
     return value, expert
 
 
-@cuda.jit(device=True)
-def lane_batch(values, first, stride, count, batch):
-    """batch[u] = values[first + u * stride] for u < ROUTE_LOADS, all loads in flight before any is used (past
-    `count`: the last value, which the callers skip)."""
-    for u in range(ROUTE_LOADS):
-        batch[u] = values[min(first + u * stride, count - 1)]
-
-
 @kernel
 def route_kernel(logits, k, ids, weights):
     r, lane = cuda.blockIdx.x, cuda.threadIdx.x
     experts = logits.shape[1]
     p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability; only its lane reads or marks it
-    totals = cuda.shared.array(2, np.float32)  # the softmax's sum, the chosen probabilities' sum
-    batch = cuda.local.array(ROUTE_LOADS, np.float32)
-    row = logits[r]
-    largest = row[0]  # the row's largest logit: a maximum, the same in any order
-    for first in range(lane, experts, 32 * ROUTE_LOADS):
-        lane_batch(row, first, 32, experts, batch)
-        for u in range(ROUTE_LOADS):
-            if first + 32 * u < experts:
-                largest = max(largest, batch[u])
+    total = cuda.shared.array(1, np.float32)
+    largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
+    for j in range(lane, experts, 32):
+        largest = max(largest, logits[r, j])
     top = warp_best(largest, np.int32(0))[0]
-    for first in range(lane, experts, 32 * ROUTE_LOADS):
-        lane_batch(row, first, 32, experts, batch)
-        for u in range(ROUTE_LOADS):
-            if first + 32 * u < experts:
-                p[first + 32 * u] = exp32(batch[u] - top)
+    for j in range(lane, experts, 32):
+        p[j] = exp32(logits[r, j] - top)
     cuda.syncthreads()  # the block is the warp
     if lane == 0:  # the softmax's sum in expert order, one lane, as the twin adds
         acc = np.float32(0)
-        for first in range(0, experts, ROUTE_LOADS):
-            lane_batch(p, first, 1, experts, batch)
-            for u in range(ROUTE_LOADS):
-                if first + u < experts:
-                    acc += batch[u]
-        totals[0] = acc
-    cuda.syncthreads()
+        for j in range(experts):
+            acc += p[j]
+        total[0] = acc
+    cuda.syncthreads()  # the block is the warp
     for j in range(lane, experts, 32):
-        p[j] = np.float32(p[j] / totals[0])
+        p[j] = np.float32(p[j] / total[0])
     chosen_total = np.float32(0)
     for n in range(k):  # rank n: the first expert not yet chosen, in the order of ranks_before
         best_p, best = np.float32(-2), np.int32(experts)  # below every probability and every chosen mark
-        for first in range(lane, experts, 32 * ROUTE_LOADS):
-            lane_batch(p, first, 32, experts, batch)
-            for u in range(ROUTE_LOADS):
-                j = first + 32 * u
-                if j < experts and ranks_before(batch[u], j, best_p, best):
-                    best_p, best = batch[u], np.int32(j)
+        for j in range(lane, experts, 32):
+            if ranks_before(p[j], j, best_p, best):
+                best_p, best = p[j], np.int32(j)
         best_p, best = warp_best(best_p, best)
         if best % 32 == lane:  # its lane marks it chosen
             p[best] = np.float32(-1)
@@ -138,10 +115,8 @@ def route_kernel(logits, k, ids, weights):
             ids[r, n], weights[r, n] = best, best_p
             chosen_total += best_p
     if lane == 0:
-        totals[1] = chosen_total
-    cuda.syncthreads()  # lane 0's stores, seen by every lane
-    for n in range(lane, k, 32):
-        weights[r, n] = np.float32(weights[r, n] / totals[1])
+        for n in range(k):
+            weights[r, n] = np.float32(weights[r, n] / chosen_total)
 
 
 @kernel
