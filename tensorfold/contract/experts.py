@@ -46,8 +46,9 @@ EXPERTS_GPU = [(1, 256, 8, 2048, 512, False, None), (16, 256, 8, 2048, 512, Fals
                (1, 257, 8, 2048, 512, True, None), (16, 257, 8, 2048, 512, True, None),
                (2048, 257, 8, 2048, 512, True, None), (2048, 257, 8, 2048, 512, True, False)]
 # (rows, k, experts, shared) of the grouping: under the simulator experts left unused and an expert taken by half
-# the rows; with `shared`, the last expert is the shared one, which no row routes to and every row takes
-GROUPS_SIM = [(5, 2, 4, False), (3, 3, 8, False), (9, 1, 2, False), (4, 2, 5, True)]
+# the rows (in the last, more than one row tile of 32 pairs); with `shared`, the last expert is the shared one, which
+# no row routes to and every row takes
+GROUPS_SIM = [(5, 2, 4, False), (3, 3, 8, False), (9, 1, 2, False), (4, 2, 5, True), (40, 2, 3, False)]
 GROUPS_GPU = [(1, 8, 256, False), (16, 8, 256, False), (512, 8, 256, False), (7, 10, 512, False), (16, 8, 257, True),
               (2048, 8, 257, True)]  # the last: a 2,048-row prompt chunk of the 35B-A3B
 
