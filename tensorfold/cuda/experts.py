@@ -319,7 +319,7 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     out_features = weight.out_features // experts
     count = out_features // 2 if gated else out_features
     words, halves, tiles = grouped_shape(pairs, experts, weight, columns)
-    tile_rows, tiled = 8 * halves, grouping.table.shape[1]
+    tile_rows, row_tile_slots = 8 * halves, grouping.table.shape[1]  # the grid's rows: the table's slots
     assert tile_rows == grouping.tile_rows, "the grouping's tiles are the kernel's"
     chunks = -(-columns // CHUNK_COLUMNS)
     arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
@@ -329,10 +329,10 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     average = -(-pairs // experts)  # an expert's pairs on average
     if whole if whole is not None else whole_fills(average, blocks * pairs // tile_rows, chunks):
         finishing = grouped_whole_kernel(weight.bits, weight.group_size, words, halves, tiles, gated)[
-            (blocks, tiled), BLOCK_THREADS, stream]
+            (blocks, row_tile_slots), BLOCK_THREADS, stream]
     elif average <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
         finishing = grouped_round_kernel(weight.bits, weight.group_size, words, halves, tiles, chunks, gated)[
-            (-(-count // written), tiled), chunks * 32, stream]
+            (-(-count // written), row_tile_slots), chunks * 32, stream]
     else:
         finishing = None
     if finishing is not None:  # both kernels finish their outputs themselves, and take the same arguments
@@ -341,7 +341,7 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
         return y.reshape(pairs, count)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, halves, tiles)[
-        (output_blocks(out_features, tiles), tiled, chunks), BLOCK_THREADS, stream](
+        (output_blocks(out_features, tiles), row_tile_slots, chunks), BLOCK_THREADS, stream](
         *arguments, partials, pairs, out_features, grouping.order, grouping.offsets, grouping.table, per_row)
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
