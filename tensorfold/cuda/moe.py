@@ -85,7 +85,7 @@ def warp_best(value, expert):
 def route_kernel(logits, k, ids, weights):
     r, lane = cuda.blockIdx.x, cuda.threadIdx.x
     experts = logits.shape[1]
-    p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability; only its lane reads or marks it
+    p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability, -1 once its lane marks it chosen
     total = cuda.shared.array(1, np.float32)
     largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
     for j in range(lane, experts, 32):
