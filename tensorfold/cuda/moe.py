@@ -11,11 +11,13 @@ ids stay on the device for the routed experts' grouped GEMM (experts.py), y [row
 The weighted sum is `fma32` (float64, rounded once) rank by rank, the highest weight first, then the shared
 expert's output times its gate.
 
-Mappings: `route_kernel` one warp a row, lane t holding experts t, t + 32, ...: each expert's probability computed
-once into shared memory, the sum by one lane in expert order, and each rank's choice a butterfly of shuffles in the
-total order (a warp, not a block: a decode round routes one row a layer, and a block's reductions wait at a barrier
-each step); `combine_kernel` one thread a (row, hidden output).
+Mappings: `route_kernel` one warp a row, lane t holding experts t, t + 32, ... in registers: each expert's
+probability computed once, the sum by one lane in expert order from a copy in shared memory, and each rank's choice
+a butterfly of shuffles in the total order (a warp, not a block: a decode round routes one row a layer, and a
+block's reductions wait at a barrier each step); `combine_kernel` one thread a (row, hidden output).
 """
+import functools
+
 import numpy as np
 from numba import cuda
 
@@ -25,6 +27,7 @@ from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
 MAX_EXPERTS = 4096  # experts a router block holds in shared memory (16 KiB): the configs' limit is no larger
+SUM_BATCH = 8  # probabilities the router's sum loads at a time
 
 # --- the twins ----------------------------------------------------------------------------------------------------
 
@@ -81,42 +84,72 @@ def warp_best(value, expert):
     return value, expert
 
 
-@kernel
-def route_kernel(logits, k, ids, weights):
-    r, lane = cuda.blockIdx.x, cuda.threadIdx.x
-    experts = logits.shape[1]
-    p = cuda.shared.array(MAX_EXPERTS, np.float32)  # each expert's probability, -1 once its lane marks it chosen
-    total = cuda.shared.array(1, np.float32)
-    largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
-    for j in range(lane, experts, 32):
-        largest = max(largest, logits[r, j])
-    top = warp_best(largest, np.int32(0))[0]
-    for j in range(lane, experts, 32):
-        p[j] = exp32(logits[r, j] - top)
-    cuda.syncthreads()  # the block is the warp
-    if lane == 0:  # the softmax's sum in expert order, one lane, as the twin adds
-        acc = np.float32(0)
-        for j in range(experts):
-            acc += p[j]
-        total[0] = acc
-    cuda.syncthreads()  # the block is the warp
-    for j in range(lane, experts, 32):
-        p[j] = np.float32(p[j] / total[0])
-    chosen_total = np.float32(0)
-    for n in range(k):  # rank n: the first expert not yet chosen, in the order of ranks_before
-        best_p, best = np.float32(-2), np.int32(experts)  # below every probability and every chosen mark
-        for j in range(lane, experts, 32):
-            if ranks_before(p[j], j, best_p, best):
-                best_p, best = p[j], np.int32(j)
-        best_p, best = warp_best(best_p, best)
-        if best % 32 == lane:  # its lane marks it chosen
-            p[best] = np.float32(-1)
+@functools.cache
+def route_kernel(slots):
+    """The router for rows of up to 32 * `slots` experts: a warp a row, lane t holding experts t + 32 i, i < slots,
+    in registers (`slots` a constant, so the loops over them unroll)."""
+
+    @kernel
+    def route(logits, k, ids, weights):
+        r, lane = cuda.blockIdx.x, cuda.threadIdx.x
+        experts = logits.shape[1]
+        mine = cuda.local.array(slots, np.float32)  # the lane's logits, then probabilities, -1 once chosen
+        p = cuda.shared.array(MAX_EXPERTS, np.float32)  # every probability, for lane 0's sum
+        total = cuda.shared.array(1, np.float32)
+        largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
+        for i in range(slots):
+            j = lane + 32 * i
+            mine[i] = logits[r, j] if j < experts else np.float32(-3)  # -3: below every mark, never chosen
+            if j < experts:
+                largest = max(largest, mine[i])
+        top = warp_best(largest, np.int32(0))[0]
+        for i in range(slots):
+            j = lane + 32 * i
+            if j < experts:
+                mine[i] = exp32(mine[i] - top)
+                p[j] = mine[i]
+        cuda.syncthreads()  # the block is the warp
+        if lane == 0:  # the softmax's sum in expert order, one lane, as the twin adds
+            total[0] = sum_in_order(p, experts)
+        cuda.syncthreads()  # the block is the warp
+        for i in range(slots):
+            if lane + 32 * i < experts:
+                mine[i] = np.float32(mine[i] / total[0])
+        chosen_total = np.float32(0)
+        for n in range(k):  # rank n: the first expert not yet chosen, in the order of ranks_before
+            best_p, best = np.float32(-2), np.int32(experts)  # below every probability and every chosen mark
+            for i in range(slots):
+                if ranks_before(mine[i], lane + 32 * i, best_p, best):
+                    best_p, best = mine[i], np.int32(lane + 32 * i)
+            best_p, best = warp_best(best_p, best)
+            for i in range(slots):  # its lane marks it chosen (a constant index: mine stays in registers)
+                if lane + 32 * i == best:
+                    mine[i] = np.float32(-1)
+            if lane == 0:
+                ids[r, n], weights[r, n] = best, best_p
+                chosen_total += best_p
         if lane == 0:
-            ids[r, n], weights[r, n] = best, best_p
-            chosen_total += best_p
-    if lane == 0:
-        for n in range(k):
-            weights[r, n] = np.float32(weights[r, n] / chosen_total)
+            for n in range(k):
+                weights[r, n] = np.float32(weights[r, n] / chosen_total)
+
+    return route
+
+
+@cuda.jit(device=True)
+def sum_in_order(values, count):
+    """values[0] + values[1] + ... + values[count - 1] in float32, left to right, read SUM_BATCH at a time: the
+    loads of a batch are in flight together, and its adds keep the order."""
+    acc = np.float32(0)
+    batch = cuda.local.array(SUM_BATCH, np.float32)
+    full = count - count % SUM_BATCH
+    for first in range(0, full, SUM_BATCH):
+        for u in range(SUM_BATCH):
+            batch[u] = values[first + u]
+        for u in range(SUM_BATCH):
+            acc += batch[u]
+    for j in range(full, count):
+        acc += values[j]
+    return acc
 
 
 @kernel
@@ -141,7 +174,7 @@ def route_launch(logits, k, stream=0):
     assert logits.shape[1] <= MAX_EXPERTS, f"{logits.shape[1]} experts: a router block holds {MAX_EXPERTS}"
     ids = cuda.device_array((rows, k), np.int32, stream=stream)
     weights = cuda.device_array((rows, k), np.float32, stream=stream)
-    route_kernel[rows, 32, stream](logits, k, ids, weights)
+    route_kernel(-(-logits.shape[1] // 32))[rows, 32, stream](logits, k, ids, weights)
     return ids, weights
 
 
