@@ -24,11 +24,11 @@ a thread a run of experts (where its tiles start: a prefix sum over the block); 
 tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block reading its tile's
 expert and first place from the table (`tile_pairs`), then each warp `gemm.tile_products` on the rows it gathers
 (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
-`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where K is one chunk, or a prompt's pairs
-fill the GPU, `grouped_whole_kernel` instead: a block per (WARPS tiles of outputs, row tile), each warp walking all
-of K and finishing its outputs (gemm.py's `whole_tile`), no combine. Where a round's pairs come a few an expert,
-`grouped_round_kernel`: a block per (tiles of outputs, row tile), a warp a chunk of K, the block finishing the
-outputs from shared memory (gemm.py's `round_tile`), no combine.
+`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where a round's pairs come a few an
+expert, `grouped_round_kernel` instead: a block per (tiles of outputs, row tile), a warp a chunk of K, the block
+finishing the outputs from shared memory (gemm.py's `round_tile`), no combine. Where K is one chunk, or a prompt's
+pairs fill the GPU, `grouped_whole_kernel`: a block per (WARPS tiles of outputs, row tile), each warp walking all of
+K and finishing its outputs (gemm.py's `whole_tile`), no combine.
 """
 import functools
 from typing import NamedTuple
@@ -198,7 +198,7 @@ def tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves):
 def grouped_kernel(bits, group_size, words, row_halves, tiles):
     """The grouped GEMM kernel: block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, row tile y of
     the sorted pairs (`tile_pairs`), chunk z of K, and writes its partial sums."""
-    products = tile_products(bits, group_size, words, row_halves, tiles)
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
 
     @kernel
     def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
@@ -311,9 +311,9 @@ def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=F
 
 def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False, whole=None):
     """The second half of `grouped_gemm`: on x's digits, exponents and S (`launch_quantize`, laid out for
-    `grouped_shape`), the whole kernel where gemm_launch.py's `whole_fills` (or `whole`) says so; else the round
-    kernel for a round's few pairs an expert and few chunks of K (as `launch_products` takes it); else the grouped
-    kernel a chunk of K a block and the combine."""
+    `grouped_shape`), the round kernel for a round's few pairs an expert and few chunks of K (as `launch_products`
+    takes it); else the whole kernel where gemm_launch.py's `whole_fills` says so; else the grouped kernel a chunk of
+    K a block and the combine. `whole` True takes the whole kernel, False any other."""
     digits, exponents, sums = quantized
     columns, x_rows = digits.shape[2], digits.shape[1]
     out_features = weight.out_features // experts
@@ -327,10 +327,11 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     written = 4 * tiles if gated else 8 * tiles
     blocks = -(-count // (WARPS * written))
     average = -(-pairs // experts)  # an expert's pairs on average
-    if whole if whole is not None else whole_fills(average, blocks * pairs // tile_rows, chunks):
+    round_fits = average <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES
+    if whole or (whole is None and not round_fits and whole_fills(average, blocks * pairs // tile_rows, chunks)):
         finishing = grouped_whole_kernel(weight.bits, weight.group_size, words, halves, tiles, gated)[
             (blocks, row_tile_slots), BLOCK_THREADS, stream]
-    elif average <= ROUND_ROWS and chunks <= ROUND_CHUNKS and tiles == ROUND_TILES:
+    elif round_fits:
         finishing = grouped_round_kernel(weight.bits, weight.group_size, words, halves, tiles, chunks, gated)[
             (-(-count // written), row_tile_slots), chunks * 32, stream]
     else:

@@ -138,15 +138,18 @@ def load_width(words):
 
 
 @functools.cache
-def tile_products(bits, group_size, words, row_halves, tiles):
+def tile_products(bits, group_size, words, row_halves, tiles, ahead=False):
     """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
     of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
-    one chunk of K. The caller places the tile: lane (g, t) reads the digits of x rows x_rows[rho] (its rows
-    g + 8 rho); tile n holds outputs bases[n] .. bases[n] + 7 of the weight, whose outputs start at row
-    `first_weight` of packed, scales and biases (an expert's, in a stack of experts); the partial sum of chunk c, row
-    out_rows[rho] (none where negative) and the tile's output j goes to partials[c * chunk_stride + out_rows[rho] *
-    row_stride + slots[n] + j] (global memory for a separate combine, or the block's shared memory), or with `adds`
-    is added to what is there (`whole_tile`: the chunks one after another into one sum)."""
+    one chunk of K. With `ahead`, a step's scales, biases, exponents and S are loaded before its codes, so that all
+    its loads are in flight together (a round's tile of one row half has the registers to spare; with more, or in
+    the whole kernel, the registers they hold cost the kernel more than their wait). The caller places the tile:
+    lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8 rho); tile n holds outputs bases[n] ..
+    bases[n] + 7 of the weight, whose outputs start at row `first_weight` of packed, scales and biases (an expert's,
+    in a stack of experts); the partial sum of chunk c, row out_rows[rho] (none where negative) and the tile's
+    output j goes to partials[c * chunk_stride + out_rows[rho] * row_stride + slots[n] + j] (global memory for a
+    separate combine, or the block's shared memory), or with `adds` is added to what is there (`whole_tile`: the
+    chunks one after another into one sum)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -161,6 +164,7 @@ def tile_products(bits, group_size, words, row_halves, tiles):
     # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
     group_slots, digit_slots, partial_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
     a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words
+    scale_slots, row_slots = tiles * 2 * halves, row_halves * halves
 
     @cuda.jit(device=True)
     def a_word(a_words, c, j, m, mine):
@@ -170,6 +174,23 @@ def tile_products(bits, group_size, words, row_halves, tiles):
             return np.uint32(0)
         q = c // halves % LIMBS * row_halves + c // halves // LIMBS  # the digit row (l, rho) of a_words
         return a_words[q * lane_words + m * 2 + j]
+
+    @cuda.jit(device=True)
+    def step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group, step_exponents,
+                    step_sums, step_scales, step_biases):
+        """The lane's values of the groups a step ends (from `first_group` on): each row's e and S, each output's
+        scale and bias."""
+        for h in range(halves):
+            group = np.uint64(first_group + h)
+            for rho in range(row_halves):
+                row = np.uint64(x_rows[rho] * groups)
+                step_exponents[rho * halves + h] = exponents[row + group]
+                step_sums[rho * halves + h] = sums[row + group]
+            for n in range(tiles):
+                for oo in range(2):
+                    at = group_rows[n * 2 + oo] + group
+                    held = (n * 2 + oo) * halves + h
+                    step_scales[held], step_biases[held] = scales[at], biases[at]
 
     @cuda.jit(device=True)
     def products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials,
@@ -191,6 +212,10 @@ def tile_products(bits, group_size, words, row_halves, tiles):
         partial = cuda.local.array(partial_slots, np.float64)
         a_words = cuda.local.array(a_slots, np.uint32)
         b_words = cuda.local.array(b_slots, np.uint32)
+        step_exponents = cuda.local.array(row_slots, np.int32)  # the values of the groups the step ends
+        step_sums = cuda.local.array(row_slots, np.int32)
+        step_scales = cuda.local.array(scale_slots, np.float32)
+        step_biases = cuda.local.array(scale_slots, np.float32)
         for i in range(accumulators):
             acc[i] = 0
         for i in range(partial_slots):
@@ -199,6 +224,11 @@ def tile_products(bits, group_size, words, row_halves, tiles):
         if bases[0] < out_features:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
             chunk_steps = CHUNK_COLUMNS // span
             for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
+                ends_groups = (s + 1) % steps_a_group == 0
+                first_group = s * span // group_size  # the step's first group, or the group it is inside
+                if ends_groups and ahead:
+                    step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group,
+                                step_exponents, step_sums, step_scales, step_biases)
                 for n in range(tiles):  # the codes of output g, this lane's words of the step
                     load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
                                b_words, n * words)
@@ -220,14 +250,14 @@ def tile_products(bits, group_size, words, row_halves, tiles):
                             at = (n * tile_mmas + mu) * 4
                             d = mma_s8u8(a0, a1, a2, a3, b0, b1, acc[at], acc[at + 1], acc[at + 2], acc[at + 3])
                             acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
-                if (s + 1) % steps_a_group == 0:  # the step ends its groups: add them to the partial sums, in order
-                    first_group = s * span // group_size
+                if ends_groups:  # the step ends its groups: add them to the partial sums, in order
+                    if not ahead:
+                        step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group,
+                                    step_exponents, step_sums, step_scales, step_biases)
                     for rho in range(row_halves):
-                        row = np.uint64(x_rows[rho] * groups)
                         for h in range(halves):
-                            group = np.uint64(first_group + h)
-                            power = power_of_two(exponents[row + group] - P)
-                            S = exact_float64(sums[row + group])
+                            power = power_of_two(step_exponents[rho * halves + h] - P)
+                            S = exact_float64(step_sums[rho * halves + h])
                             for n in range(tiles):
                                 for oo in range(2):
                                     c = rho * LIMBS * halves + h  # digit 0's combination; digit l's l * halves on
@@ -238,8 +268,8 @@ def tile_products(bits, group_size, words, row_halves, tiles):
                                     d2 = acc[(n * tile_mmas + c // 2) * 4 + c % 2 * 2 + oo]
                                     D = exact_float64(np.int64(d0) + (np.int64(d1) << np.int64(8)) +
                                                       (np.int64(d2) << np.int64(16)))
-                                    at = group_rows[n * 2 + oo] + group
-                                    value = np.float64(scales[at]) * D + np.float64(biases[at]) * S
+                                    held = (n * 2 + oo) * halves + h
+                                    value = np.float64(step_scales[held]) * D + np.float64(step_biases[held]) * S
                                     partial[(n * row_halves + rho) * 2 + oo] += value * power
                     for i in range(accumulators):
                         acc[i] = 0
@@ -276,7 +306,7 @@ def lane_rows(x_rows, out_rows, rows, row_halves):
 def gemm_kernel(bits, group_size, words, row_halves, tiles):
     """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
     rows of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
-    products = tile_products(bits, group_size, words, row_halves, tiles)
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
 
     @kernel
     def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
@@ -302,7 +332,7 @@ def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated):
     on x rows x_rows[rho] of its tile rows g + 8 rho; then a thread per (row of the tile, output written) finishes it
     as the combine kernel does (`finish_output`) into the y row y_rows[rho] of that tile row (none where negative),
     which warp 0's lanes (g, 0) post for the block."""
-    products = tile_products(bits, group_size, words, row_halves, tiles)
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
     sum_slots = chunks * tile_rows * tile_outputs  # a name: numba takes a shared array's size as one
