@@ -160,6 +160,8 @@ def add_parser(commands) -> None:
     add_drafter(kinds)
     from tensorfold.cli.bench.gemm import add_parser as add_gemm
     add_gemm(kinds)
+    from tensorfold.cli.bench.experts import add_parser as add_experts
+    add_experts(kinds)
     from tensorfold.cli.bench.scan import add_parser as add_scan
     add_scan(kinds)
     from tensorfold.cli.bench.chunk import add_parser as add_chunk
