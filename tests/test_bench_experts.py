@@ -1,6 +1,8 @@
 """`tensorfold bench experts` on the CPU (the twin) or under --gpu the grouped kernels, its routings and the experts
 a call reads."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -32,11 +34,16 @@ def test_a_routing_takes_distinct_experts_and_counts_what_it_reads():
     assert touched(np.array([[0, 1], [1, 2]]), shared=False) == 3
 
 
-@pytest.mark.parametrize("bad", [["--config", "2B"], ["--rows", "0"], ["--routings", "0"]])
-def test_bench_experts_refuses_what_it_cannot_run(bad, capsys):
-    try:
-        status = main(["bench", "experts", "--config", "tiny-moe", *bad])
-    except SystemExit as exit_:  # argparse: a dense size is not among the choices
-        status = exit_.code
-    assert status == 2
-    assert "experts" in capsys.readouterr().err
+@pytest.mark.parametrize("bad, named", [(["--config", "2B"], "not an MoE size"), (["--rows", "0"], "positive"),
+                                        (["--routings", "0"], "positive")])
+def test_bench_experts_refuses_what_it_cannot_run(bad, named, capsys):
+    assert main(["bench", "experts", "--config", "tiny-moe", *bad]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_building_the_command_line_imports_no_numba():
+    """`tensorfold contract` chooses numba's simulator before numba is first imported: building the parser, which
+    lists every bench's options (the MoE sizes among them), must not import it."""
+    code = "import sys; from tensorfold.cli.main import parser; parser(); print('numba' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"

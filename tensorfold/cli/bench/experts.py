@@ -53,6 +53,11 @@ def touched(ids, shared: bool) -> int:
 
 
 def run(args) -> int:
+    configs = moe_configs()
+    if args.config not in configs:
+        print(f"tensorfold bench experts: {args.config!r} is not an MoE size: choose one of {', '.join(configs)}",
+              file=sys.stderr)
+        return 2
     if min(args.rows) < 1 or args.routings < 1 or args.repeats < 1:
         print(f"tensorfold bench experts: --rows, --routings and --repeats must be positive, got {args.rows}, "
               f"{args.routings}, {args.repeats}", file=sys.stderr)
@@ -62,7 +67,7 @@ def run(args) -> int:
     from tensorfold.serve.memory import on_gpu
     backend = make_backend("auto")
     gpu = on_gpu(backend)
-    config = moe_configs()[args.config]
+    config = configs[args.config]
     rng = np.random.default_rng(args.seed)
     results = {"config": args.config, "bits": args.bits, "group_size": args.group_size, "gpu": gpu, "shapes": []}
     if gpu:
@@ -100,8 +105,7 @@ def run(args) -> int:
 
 def add_parser(kinds) -> None:
     p = kinds.add_parser("experts", help="an MoE size's routed experts alone (the grouped exact GEMMs of one layer)")
-    p.add_argument("--config", default="35B-A3B", choices=tuple(moe_configs()),
-                   help="the MoE size (tiny-moe: a test config)")
+    p.add_argument("--config", default="35B-A3B", help="an MoE size of presets.py, or tiny-moe (a test config)")
     p.add_argument("--bits", type=int, default=4, choices=(4, 8))
     p.add_argument("--group-size", type=int, default=64)
     p.add_argument("--rows", type=lambda s: [int(r) for r in s.split(",")], default=[1, 16, 512],
