@@ -106,8 +106,8 @@ def test_float_experts_on_the_cuda_backend_are_refused_by_name(folders):
 
 
 def test_the_router_kernel_holds_every_expert_count_a_config_allows():
-    """route_kernel keeps a row's probabilities in a shared array of cuda.moe.MAX_EXPERTS: a config may not ask
-    for more (model/config.py refuses num_experts above its own MAX_EXPERTS)."""
+    """route_launch refuses rows of more than cuda.moe.MAX_EXPERTS experts (a router block's shared array holds
+    them): a config may not ask for more (model/config.py refuses num_experts above its own MAX_EXPERTS)."""
     from tensorfold.cuda import moe
     from tensorfold.model import config
     assert config.MAX_EXPERTS <= moe.MAX_EXPERTS

@@ -26,7 +26,7 @@ from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
-MAX_EXPERTS = 4096  # experts a router block holds in shared memory (16 KiB): the configs' limit is no larger
+MAX_EXPERTS = 4096  # experts a router block holds (16 KiB of shared memory at most): the configs' limit is no larger
 SUM_BATCH = 8  # probabilities the router's sum loads at a time
 
 # --- the twins ----------------------------------------------------------------------------------------------------
@@ -88,13 +88,14 @@ def warp_best(value, expert):
 def route_kernel(slots):
     """The router for rows of up to 32 * `slots` experts: a warp a row, lane t holding experts t + 32 i, i < slots,
     in registers (`slots` a constant, so the loops over them unroll)."""
+    held = 32 * slots  # a name: numba takes a shared array's size as one
 
     @kernel
     def route(logits, k, ids, weights):
         r, lane = cuda.blockIdx.x, cuda.threadIdx.x
         experts = logits.shape[1]
         mine = cuda.local.array(slots, np.float32)  # the lane's logits, then probabilities, -1 once chosen
-        p = cuda.shared.array(MAX_EXPERTS, np.float32)  # every probability, for lane 0's sum
+        p = cuda.shared.array(held, np.float32)  # every probability, for lane 0's sum
         total = cuda.shared.array(1, np.float32)
         largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
         for i in range(slots):
