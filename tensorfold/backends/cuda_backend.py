@@ -223,13 +223,27 @@ class CudaBackend:
         return moe.route_launch(logits, k, stream=self.stream)
 
     def routed_experts(self, x, ids, experts):
-        """The grouped kernels, which read each pair's expert from the device `ids`: affine experts only (their twin
-        is exact whatever the grouping; the float GEMV's walk has no grouped kernel)."""
+        """The grouped kernels, which read each pair's expert from the device `ids`."""
+        self._affine_experts(experts)
+        return routed_experts_launch(x, ids, experts.gate_up, experts.down, experts.shared, stream=self.stream)
+
+    def route_experts(self, x, logits, k, experts):
+        """The router and the grouping of the pairs in one launch where a round's rows fit a block (moe.py's
+        `route_group_launch`), then the grouped kernels."""
+        self._affine_experts(experts)
+        count = len(experts.down_views)
+        ids, weights, grouping = moe.route_group_launch(logits, k, count, experts.shared, stream=self.stream)
+        return routed_experts_launch(x, ids, experts.gate_up, experts.down, experts.shared, stream=self.stream,
+                                     grouping=grouping), weights
+
+    @staticmethod
+    def _affine_experts(experts) -> None:
+        """Refuse experts the grouped kernels cannot read: affine only (their twin is exact whatever the grouping;
+        the float GEMV's walk has no grouped kernel)."""
         for weight in (experts.gate_up, experts.down):
             if weight.kind != "affine":
                 raise BackendError(f"backend 'cuda': routed experts stored as {weight.kind} are not supported; load an "
                                    f"MLX 4- or 8-bit checkpoint, or use backend 'numpy'")
-        return routed_experts_launch(x, ids, experts.gate_up, experts.down, experts.shared, stream=self.stream)
 
     def moe_combine(self, routed, weights, shared, gate_logit):
         return moe.combine_launch(routed, weights, shared, gate_logit, stream=self.stream)

@@ -129,6 +129,10 @@ class NumpyBackend:
         """The grouped twin: each expert's rows through this backend's `linear` together (experts.routed_experts)."""
         return routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear, experts.shared)
 
+    def route_experts(self, x, logits, k, experts):
+        ids, weights = self.route(logits, k)
+        return self.routed_experts(x, ids, experts), weights
+
     def side_by_side(self, count: int):
         """Lanes for work that runs once per window: on NumPy, one after another, as written."""
         return graphs.Lanes(self, count)

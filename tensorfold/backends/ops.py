@@ -102,6 +102,10 @@ class Ops(Protocol):
     def routed_experts(self, x, ids, experts):
         """[rows, k (+ 1: the shared expert, if `experts.shared`), hidden]: x's SwiGLU by each (row, rank)'s expert."""
 
+    # one call, so that a device backend may route a round's rows and group their pairs by expert in one launch
+    def route_experts(self, x, logits, k, experts):
+        """(routed_experts(x, ids, experts), weights) for (ids, weights) = route(logits, k), in one call."""
+
     def moe_combine(self, routed, weights, shared, gate_logit):
         """[rows, hidden]: routed [rows, k, hidden] by rank + shared (None: routed's rank k) * sigmoid(gate_logit)."""
 

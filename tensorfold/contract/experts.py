@@ -64,7 +64,7 @@ def _groups_cases(mode, rng):
     return out
 
 
-def _groups_twin(ids, experts, shared):
+def groups_twin(ids, experts, shared):
     """`expert_pairs` as the kernels write it: the pairs in one list, where each expert's start, and the table of the
     row tiles they fill (each tile's expert and first place, -1 past the last)."""
     pairs = expert_pairs(with_shared(ids, experts, shared), experts)
@@ -187,7 +187,7 @@ EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "the first and the last expert's weights swapped": _experts_swapped(0, -1),
                    "two rows swapped": swap_rows("x")}
 CONTRACT = [
-    KernelCheck("moe_expert_groups", _groups_twin, _groups_launch, _groups_cases,
+    KernelCheck("moe_expert_groups", groups_twin, _groups_launch, _groups_cases,
                 {"a pair counted in another expert": _pair_to_another_expert, "two rows swapped": swap_rows("ids")},
                 kernels=(group_kernel, tile_kernel)),
     KernelCheck("moe_routed_experts4", _experts_twin, _experts_launch, _experts_cases(4), EXPERT_CONTROLS,

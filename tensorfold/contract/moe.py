@@ -6,7 +6,10 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.moe import combine, combine_kernel, combine_launch, route, route_kernel, route_launch
+from tensorfold.contract.experts import groups_twin
+from tensorfold.cuda.experts import group_in_block
+from tensorfold.cuda.moe import (combine, combine_kernel, combine_launch, route, route_group_kernel, route_group_launch,
+                                 route_kernel, route_launch, route_row)
 from tensorfold.device.grid import to_host
 
 # (rows, experts, k): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's router (256 experts, top 8) at
@@ -27,6 +30,33 @@ def _route_cases(mode, rng):
 
 def _route_launch(logits, k):
     return to_host(route_launch(cuda.to_device(logits), k))
+
+
+# (rows, routed experts, k, shared: a last expert every row takes) of the router with the grouping: under the
+# simulator a few rows, with and without the shared expert, and more rows than one block routes (the three launches);
+# on the GPU the 35B-A3B's decode rounds, the 397B's router, and a round past one block
+GROUP_SIM = [(1, 8, 2, True), (3, 6, 3, False), (2, 70, 4, True), (17, 6, 2, True)]
+GROUP_GPU = [(1, 256, 8, True), (16, 256, 8, True), (16, 256, 8, False), (7, 512, 10, False), (17, 256, 8, True)]
+
+
+def _route_group_cases(mode, rng):
+    out = []
+    for rows, experts, k, shared in GROUP_SIM if mode == "sim" else GROUP_GPU:
+        logits = rng.normal(0, 2, (rows, experts)).astype(np.float32)
+        logits[rows // 2:, 0] = logits.max() + 1  # expert 0 taken by half the rows: an expert with several pairs
+        out.append((f"{rows}x{experts} top {k}" + (" and the shared expert" if shared else ""),
+                    {"logits": logits, "k": k, "shared": shared}))
+    return out
+
+
+def _route_group_twin(logits, k, shared):
+    ids, weights = route(logits, k)
+    return (ids, weights) + groups_twin(ids, logits.shape[1] + shared, shared)
+
+
+def _route_group_launch(logits, k, shared):
+    ids, weights, grouping = route_group_launch(cuda.to_device(logits), k, logits.shape[1] + shared, shared)
+    return to_host((ids, weights, grouping.order, grouping.offsets, grouping.table))
 
 
 def _top_experts_swapped(inputs):
@@ -82,7 +112,10 @@ def _ranks_swapped(inputs):
 CONTRACT = [
     KernelCheck("moe_route", route, _route_launch, _route_cases,
                 {"two rows swapped": swap_rows("logits"), "the top expert's logit swapped with its neighbour's":
-                 _top_experts_swapped}, kernels=(route_kernel,)),
+                 _top_experts_swapped}, kernels=(route_kernel, route_row)),
+    KernelCheck("moe_route_group", _route_group_twin, _route_group_launch, _route_group_cases,
+                {"two rows swapped": swap_rows("logits"), "the top expert's logit swapped with its neighbour's":
+                 _top_experts_swapped}, kernels=(route_group_kernel, route_row, group_in_block)),
     KernelCheck("moe_combine", combine, _combine_launch, _combine_cases,
                 {"the shared expert's gate left out": _gate_left_out, "the ranks' weights swapped": _ranks_swapped,
                  "the shared expert's rows swapped": _shared_rows_swapped}, kernels=(combine_kernel,)),

@@ -171,6 +171,46 @@ def tile_kernel(offsets, tile_rows, table):
 
 
 @cuda.jit(device=True)
+def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, experts_of, starts):
+    """`group_kernel` and `tile_kernel` in one block, for a round whose pairs are no more than the block's threads:
+    thread t takes pair t, counts the pairs before it in the order (lower experts; its expert's pairs before it) and
+    writes itself at that place; a place starts a row tile where it is its expert's first or `tile_rows` on from one,
+    and the tile's number is the count of starts up to it (an integer prefix sum). experts_of and starts are the
+    block's shared int32 arrays, a slot a thread. The counts are integers, so the order is fixed."""
+    t, threads = cuda.threadIdx.x, cuda.blockDim.x
+    pairs, experts = ids.shape[0] * per_row, offsets.shape[0] - 1
+    starts[t] = 0
+    if t < pairs:
+        experts_of[t] = pair_expert(ids, t, per_row, shared)
+    cuda.syncthreads()  # every pair's expert is in experts_of, every start cleared
+    for e in range(t, experts + 1, threads):  # where expert e's pairs start: the pairs of lower experts
+        lower = 0
+        for q in range(pairs):
+            if experts_of[q] < e:
+                lower += 1
+        offsets[e] = lower
+    place, first = 0, False
+    if t < pairs:
+        e, place = experts_of[t], 0
+        before = 0  # its expert's pairs before it
+        for q in range(pairs):
+            if experts_of[q] < e:
+                place += 1
+            elif experts_of[q] == e and q < t:
+                before += 1
+        place += before
+        first = before % tile_rows == 0
+        order[place] = t
+        starts[place] = 1 if first else 0
+    inclusive_scan(starts, t, threads)  # starts[place]: the tiles that start at or before place
+    if first:
+        tile = starts[place] - 1
+        table[0, tile], table[1, tile] = experts_of[t], place
+    for i in range(starts[threads - 1] + t, table.shape[1], threads):
+        table[0, i], table[1, i] = -1, -1
+
+
+@cuda.jit(device=True)
 def pair_rows(order, first, end, per_row, x_rows, out_rows, row_halves):
     """A lane's rows of a row tile of the sorted pairs from place `first` (its expert's pairs end at `end`): row g + 8
     rho is the pair at that place, which reads x row pair // per_row (k for gate/up, whose x is a row per token; 1 for
@@ -273,20 +313,25 @@ class Grouping(NamedTuple):
     tile_rows: int
 
 
+def new_grouping(pairs, experts, stream=0) -> Grouping:
+    """Unwritten device arrays for the grouping of `pairs` pairs on `experts` experts, its tiles of the rows the
+    grouped kernels' shape takes (`grouped_shape`)."""
+    tile_rows = 8 * row_halves_for(-(-pairs // experts))
+    return Grouping(cuda.device_array(pairs, np.int32, stream=stream),
+                    cuda.device_array(experts + 1, np.int32, stream=stream),
+                    cuda.device_array((2, row_tiles(pairs, experts, tile_rows)), np.int32, stream=stream), tile_rows)
+
+
 def group_launch(ids, experts, shared=False, stream=0) -> Grouping:
     """`group_kernel` and `tile_kernel` on device ids [rows, k] (with `shared`, a last rank on the last expert for
-    every row): order [pairs], offsets [experts + 1] and the table [2, row tiles] of tiles of the rows the grouped
-    kernels' shape takes (`grouped_shape`), on the device."""
+    every row): order [pairs], offsets [experts + 1] and the table [2, row tiles], on the device (`new_grouping`)."""
     per_row = ids.shape[1] + shared
     pairs = ids.shape[0] * per_row
-    order = cuda.device_array(pairs, np.int32, stream=stream)
-    offsets = cuda.device_array(experts + 1, np.int32, stream=stream)
+    grouping = new_grouping(pairs, experts, stream)
     threads = min(GROUP_THREADS, max(32, 1 << (pairs - 1).bit_length()))  # a decode round's few pairs: one warp
-    group_kernel[experts + 1, threads, stream](ids, per_row, experts - 1, order, offsets)
-    tile_rows = 8 * row_halves_for(-(-pairs // experts))
-    table = cuda.device_array((2, row_tiles(pairs, experts, tile_rows)), np.int32, stream=stream)
-    tile_kernel[1, TILE_THREADS, stream](offsets, tile_rows, table)
-    return Grouping(order, offsets, table, tile_rows)
+    group_kernel[experts + 1, threads, stream](ids, per_row, experts - 1, grouping.order, grouping.offsets)
+    tile_kernel[1, TILE_THREADS, stream](grouping.offsets, grouping.tile_rows, grouping.table)
+    return grouping
 
 
 def row_tiles(pairs, experts, tile_rows) -> int:
@@ -347,13 +392,15 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
 
-def routed_experts_launch(x, ids, gate_up, down, shared=False, stream=0, whole=None):
+def routed_experts_launch(x, ids, gate_up, down, shared=False, stream=0, whole=None, grouping=None):
     """`routed_experts` on the device for affine expert stacks (one Linear each: gate_up [E * 2 I, hidden], down
-    [E * hidden, I]): y [rows, k, hidden], or [rows, k + 1, hidden] with `shared`. `whole`: the kernels' choice
-    (`grouped_products`), for the checks that run each."""
+    [E * hidden, I]): y [rows, k, hidden], or [rows, k + 1, hidden] with `shared`. `grouping`: the pairs already
+    grouped (moe.py's `route_group_launch`), else grouped here. `whole`: the kernels' choice (`grouped_products`), for
+    the checks that run each."""
     rows, k = ids.shape[0], ids.shape[1] + shared
     hidden, pairs = x.shape[1], rows * k
     experts = down.out_features // hidden
-    grouping = group_launch(ids, experts, shared, stream)
+    if grouping is None:
+        grouping = group_launch(ids, experts, shared, stream)
     h = grouped_gemm(x, k, grouping, pairs, gate_up, experts, stream, gated=True, whole=whole)
     return grouped_gemm(h, 1, grouping, pairs, down, experts, stream, whole=whole).reshape(rows, k, hidden)

@@ -21,6 +21,7 @@ import functools
 import numpy as np
 from numba import cuda
 
+from tensorfold.cuda.experts import group_in_block, group_launch, new_grouping
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin
 from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.device.grid import BLOCK, blocks_for
@@ -28,6 +29,8 @@ from tensorfold.device.launch import kernel
 
 MAX_EXPERTS = 4096  # experts a router block holds (16 KiB of shared memory at most): the configs' limit is no larger
 SUM_BATCH = 8  # probabilities the router's sum loads at a time
+GROUPED_ROWS = 16  # rows up to which the router and the grouping take one block (a warp a row, a thread a pair)
+GROUPED_SHARED = 32 * 1024  # bytes of the warps' probabilities that block may hold in shared memory
 
 # --- the twins ----------------------------------------------------------------------------------------------------
 
@@ -85,18 +88,17 @@ def warp_best(value, expert):
 
 
 @functools.cache
-def route_kernel(slots):
-    """The router for rows of up to 32 * `slots` experts: a warp a row, lane t holding experts t + 32 i, i < slots,
-    in registers (`slots` a constant, so the loops over them unroll)."""
-    held = 32 * slots  # a name: numba takes a shared array's size as one
+def route_row(slots):
+    """Row r's route by the calling warp, for rows of up to 32 * `slots` experts: lane t holds experts t + 32 i, i <
+    slots, in registers (`slots` a constant, so the loops over them unroll); p [32 * slots] and total [1] are the
+    warp's own shared memory. Every warp of the block must call it (it meets the block's barrier): `route_kernel` runs
+    it in a block of one warp a row, `route_group_kernel` in a block of one warp for each row."""
 
-    @kernel
-    def route(logits, k, ids, weights):
-        r, lane = cuda.blockIdx.x, cuda.threadIdx.x
+    @cuda.jit(device=True)
+    def route(logits, r, k, ids, weights, p, total):
+        lane = cuda.threadIdx.x % 32
         experts = logits.shape[1]
         mine = cuda.local.array(slots, np.float32)  # the lane's logits, then probabilities, -1 once chosen
-        p = cuda.shared.array(held, np.float32)  # every probability, for lane 0's sum
-        total = cuda.shared.array(1, np.float32)
         largest = logits[r, 0]  # the row's largest logit: a maximum, the same in any order
         for i in range(slots):
             j = lane + 32 * i
@@ -109,10 +111,10 @@ def route_kernel(slots):
             if j < experts:
                 mine[i] = exp32(mine[i] - top)
                 p[j] = mine[i]
-        cuda.syncthreads()  # the block is the warp
+        cuda.syncthreads()  # every lane's probabilities are in p (each warp of the block routes a row: all meet)
         if lane == 0:  # the softmax's sum in expert order, one lane, as the twin adds
             total[0] = sum_in_order(p, experts)
-        cuda.syncthreads()  # the block is the warp
+        cuda.syncthreads()  # the sum is in total
         for i in range(slots):
             if lane + 32 * i < experts:
                 mine[i] = np.float32(mine[i] / total[0])
@@ -134,6 +136,42 @@ def route_kernel(slots):
                 weights[r, n] = np.float32(weights[r, n] / chosen_total)
 
     return route
+
+
+@functools.cache
+def route_kernel(slots):
+    """The router for rows of up to 32 * `slots` experts: a block of one warp a row (`route_row`)."""
+    row = route_row(slots)
+    held = 32 * slots  # a name: numba takes a shared array's size as one
+
+    @kernel
+    def route(logits, k, ids, weights):
+        p = cuda.shared.array(held, np.float32)  # every probability, for lane 0's sum
+        total = cuda.shared.array(1, np.float32)
+        row(logits, cuda.blockIdx.x, k, ids, weights, p, total)
+
+    return route
+
+
+@functools.cache
+def route_group_kernel(slots, rows):
+    """The router of `rows` rows of up to 32 * `slots` experts and the grouping of their pairs in one block: warp r
+    routes row r (`route_row`), then the block groups the pairs (experts.py's `group_in_block`)."""
+    row = route_row(slots)
+    held, threads = 32 * slots, 32 * rows  # names: numba takes a shared array's shape as constants
+
+    @kernel
+    def route_group(logits, k, ids, weights, per_row, shared, order, offsets, tile_rows, table):
+        warp = cuda.threadIdx.x // 32
+        p = cuda.shared.array((rows, held), np.float32)  # each warp's probabilities, for its lane 0's sum
+        total = cuda.shared.array(rows, np.float32)
+        row(logits, warp, k, ids, weights, p[warp], total[warp:warp + 1])
+        cuda.syncthreads()  # every row's ids are written (a barrier makes the block's global writes visible to it)
+        experts_of = cuda.shared.array(threads, np.int32)
+        starts = cuda.shared.array(threads, np.int32)
+        group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, experts_of, starts)
+
+    return route_group
 
 
 @cuda.jit(device=True)
@@ -177,6 +215,24 @@ def route_launch(logits, k, stream=0):
     weights = cuda.device_array((rows, k), np.float32, stream=stream)
     route_kernel(-(-logits.shape[1] // 32))[rows, 32, stream](logits, k, ids, weights)
     return ids, weights
+
+
+def route_group_launch(logits, k, experts, shared=False, stream=0):
+    """`route` and the grouping of its pairs on `experts` experts (with `shared`, every row's rank k on the last:
+    experts.py's `group_launch`): (ids, weights, grouping) on the device. A round's few rows take one launch
+    (`route_group_kernel`) where each row's warp and its probabilities fit a block; more rows take three."""
+    rows, slots = logits.shape[0], -(-logits.shape[1] // 32)
+    per_row = k + shared
+    if rows > GROUPED_ROWS or per_row > 32 or rows * slots * 32 * 4 > GROUPED_SHARED:
+        ids, weights = route_launch(logits, k, stream)
+        return ids, weights, group_launch(ids, experts, shared, stream)
+    ids = cuda.device_array((rows, k), np.int32, stream=stream)
+    weights = cuda.device_array((rows, k), np.float32, stream=stream)
+    grouping = new_grouping(rows * per_row, experts, stream)
+    route_group_kernel(slots, rows)[1, 32 * rows, stream](logits, k, ids, weights, per_row, experts - 1,
+                                                          grouping.order, grouping.offsets, grouping.tile_rows,
+                                                          grouping.table)
+    return ids, weights, grouping
 
 
 def combine_launch(routed, weights, shared, gate_logit, stream=0):

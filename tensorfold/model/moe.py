@@ -85,8 +85,7 @@ def sparse_block(net, x, prefix: str):
     """The block's output [rows, hidden] for the rows x [rows, hidden] (normed), in the order of the docstring."""
     ops, experts, k = net.ops, net.experts[prefix], net.config.num_experts_per_tok
     logits, gate_logit = net.project(x, prefix)
-    ids, weights = ops.route(logits, k)
-    routed = ops.routed_experts(x, ids, experts)
+    routed, weights = ops.route_experts(x, logits, k, experts)
     # folded in, the shared expert's output is every row's rank k of routed, which the combine reads there
     shared = None if experts.shared else net.swiglu_mlp(x, prefix + "shared_expert.")
     return ops.moe_combine(routed, weights, shared, gate_logit)
