@@ -128,12 +128,11 @@ def route_row(slots):
             for i in range(slots):  # its lane marks it chosen (a constant index: mine stays in registers)
                 if lane + 32 * i == best:
                     mine[i] = np.float32(-1)
-            if lane == 0:
+            chosen_total += best_p  # every lane holds the choice, so every lane adds the same sum in rank order
+            if lane == n % 32:  # rank n is lane n % 32's to write, and to renormalise below
                 ids[r, n], weights[r, n] = best, best_p
-                chosen_total += best_p
-        if lane == 0:
-            for n in range(k):
-                weights[r, n] = np.float32(weights[r, n] / chosen_total)
+        for n in range(lane, k, 32):  # a lane reads back its own writes: no wait on the others
+            weights[r, n] = np.float32(weights[r, n] / chosen_total)
 
     return route
 
