@@ -14,7 +14,10 @@ expert's output times its gate.
 Mappings: `route_kernel` one warp a row, lane t holding experts t, t + 32, ... in registers: each expert's
 probability computed once, the sum by one lane in expert order from a copy in shared memory, and each rank's choice
 a butterfly of shuffles in the total order (a warp, not a block: a decode round routes one row a layer, and a
-block's reductions wait at a barrier each step); `combine_kernel` one thread a (row, hidden output).
+block's reductions wait at a barrier each step); `route_group_kernel`, for a round's few rows, one block: a warp a
+row routes it, then the block groups the round's pairs by expert for the routed experts (experts.py's
+`group_in_block`), one launch where the router, the sort and the tile table take three; `combine_kernel` one thread a
+(row, hidden output).
 """
 import functools
 
