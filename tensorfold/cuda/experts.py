@@ -173,24 +173,19 @@ def tile_kernel(offsets, tile_rows, table):
 
 
 @cuda.jit(device=True)
-def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, experts_of, starts):
+def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, experts_of, sorted_experts, starts):
     """`group_kernel` and `tile_kernel` in one block, for a round whose pairs are no more than the block's threads:
     thread t takes pair t, counts the pairs before it in the order (lower experts; its expert's pairs before it) and
     writes itself at that place; a place starts a row tile where it is its expert's first or `tile_rows` on from one,
-    and the tile's number is the count of starts up to it (an integer prefix sum). experts_of and starts are the
-    block's shared int32 arrays, a slot a thread. The counts are integers, so the order is fixed."""
+    and the tile's number is the count of starts up to it (an integer prefix sum); expert e's pairs start at the first
+    place whose expert is e or higher (a binary search of the sorted experts). experts_of, sorted_experts and starts
+    are the block's shared int32 arrays, a slot a thread. The counts are integers, so the order is fixed."""
     t, threads = cuda.threadIdx.x, cuda.blockDim.x
     pairs, experts = ids.shape[0] * per_row, offsets.shape[0] - 1
     starts[t] = 0
     if t < pairs:
         experts_of[t] = pair_expert(ids, t, per_row, shared)
     cuda.syncthreads()  # every pair's expert is in experts_of, every start cleared
-    for e in range(t, experts + 1, threads):  # where expert e's pairs start: the pairs of lower experts
-        lower = 0
-        for q in range(pairs):
-            if experts_of[q] < e:
-                lower += 1
-        offsets[e] = lower
     place, first = 0, False
     if t < pairs:
         e, place = experts_of[t], 0
@@ -202,14 +197,23 @@ def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, exper
                 before += 1
         place += before
         first = before % tile_rows == 0
-        order[place] = t
+        order[place], sorted_experts[place] = t, e
         starts[place] = 1 if first else 0
-    inclusive_scan(starts, t, threads)  # starts[place]: the tiles that start at or before place
+    inclusive_scan(starts, t, threads)  # starts[place]: the tiles that start at or before place (and a barrier)
     if first:
         tile = starts[place] - 1
-        table[0, tile], table[1, tile] = experts_of[t], place
+        table[0, tile], table[1, tile] = sorted_experts[place], place
     for i in range(starts[threads - 1] + t, table.shape[1], threads):
         table[0, i], table[1, i] = -1, -1
+    for e in range(t, experts + 1, threads):  # where expert e's pairs start: the first place of e or a higher expert
+        low, high = 0, pairs
+        while low < high:
+            middle = (low + high) // 2
+            if sorted_experts[middle] < e:
+                low = middle + 1
+            else:
+                high = middle
+        offsets[e] = low
 
 
 @cuda.jit(device=True)

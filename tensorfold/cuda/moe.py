@@ -170,8 +170,9 @@ def route_group_kernel(slots, rows):
         row(logits, warp, k, ids, weights, p[warp], total[warp:warp + 1])
         cuda.syncthreads()  # every row's ids are written (a barrier makes the block's global writes visible to it)
         experts_of = cuda.shared.array(threads, np.int32)
+        sorted_experts = cuda.shared.array(threads, np.int32)
         starts = cuda.shared.array(threads, np.int32)
-        group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, experts_of, starts)
+        group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, experts_of, sorted_experts, starts)
 
     return route_group
 
