@@ -6,10 +6,11 @@ from numba import cuda
 
 from tensorfold.contract import KernelCheck
 from tensorfold.contract.controls import swap_rows
-from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, lane_rows, load_words,
-                                  round_kernel, round_tile, whole_bases, whole_kernel, whole_tile)
+from tensorfold.cuda.gemm import (combine_kernel, finish_output, gemm_affine, gemm_kernel, lane_rows, round_kernel,
+                                  round_tile, whole_bases, whole_kernel, whole_tile)
 from tensorfold.cuda.gemm_launch import launch_products, quantize_shape
 from tensorfold.cuda.gemv import output_index, swiglu
+from tensorfold.cuda.ptx import load_words
 from tensorfold.cuda.quantize import digit_position, fixed_point, launch_quantize, quantize_kernel
 from tensorfold.device.grid import to_host
 from tensorfold.numerics.formats import bf16_to_f32, f32_to_bf16

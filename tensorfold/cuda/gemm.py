@@ -54,7 +54,7 @@ from numba import cuda
 
 from tensorfold.cuda.fmath import exact_float64, power_of_two, silu32
 from tensorfold.cuda.gemv import output_index
-from tensorfold.cuda.ptx import load8, load16, mma_s8u8
+from tensorfold.cuda.ptx import load_width, load_words, mma_s8u8
 from tensorfold.cuda.quantize import LIMBS, P, quantize_x, step_shape
 from tensorfold.device.launch import kernel
 
@@ -114,36 +114,17 @@ ROUND_CHUNKS = WARPS  # chunks of K up to which a round's block adds them itself
 WHOLE_BLOCKS = 4  # blocks a multiprocessor from which a warp walks the whole of K (`whole_fills`)
 
 
-@cuda.jit(device=True)
-def load_words(source, at, count, width, target, first):
-    """target[first:first + count] = source[at:at + count] of uint32 arrays in loads of `width` words: 16-byte loads
-    for 4 (count and at multiples of 4), 8-byte loads for 2 (multiples of 2), else word by word."""
-    if width == 4:
-        for u4 in range(count // 4):
-            got = load16(source, at + np.uint64(4 * u4))
-            for u in range(4):
-                target[first + 4 * u4 + u] = got[u]
-    elif width == 2:
-        for u2 in range(count // 2):
-            pair = load8(source, at + np.uint64(2 * u2))
-            target[first + 2 * u2], target[first + 2 * u2 + 1] = pair[0], pair[1]
-    else:
-        for u in range(count):
-            target[first + u] = source[at + np.uint64(u)]
-
-
-def load_width(words):
-    """The widest load (4, 2 or 1 words) that `words` consecutive words at a multiple of `words` take whole."""
-    return 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
-
-
 @functools.cache
-def tile_products(bits, group_size, words, row_halves, tiles, ahead=False):
+def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early=False):
     """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
     of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
     one chunk of K. With `ahead`, a step's scales, biases, exponents and S are loaded before its codes, so that all
     its loads are in flight together (a round's tile of one row half has the registers to spare; with more, or in
-    the whole kernel, the registers they hold cost the kernel more than their wait). The caller places the tile:
+    the whole kernel, the registers they hold cost the kernel more than their wait). With `early`, the codes of every
+    step of the chunk are loaded before the first step, so that the warp waits on memory once a chunk, not once a
+    step; each step then moves the next step's codes to the front of b_words (constant places, so that they stay in
+    registers where an index that varies would put them in local memory). The round kernel's one-row tiles take it;
+    the grouped round kernel's were slower with it (the registers it adds). The caller places the tile:
     lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8 rho); tile n holds outputs bases[n] ..
     bases[n] + 7 of the weight, whose outputs start at row `first_weight` of packed, scales and biases (an expert's,
     in a stack of experts); the partial sum of chunk c, row out_rows[rho] (none where negative) and the tile's
@@ -163,7 +144,8 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False):
     low = np.uint32(0x0F0F0F0F)
     # the local arrays' sizes, constants of the closure: numba takes a size that is a name, not an expression
     group_slots, digit_slots, partial_slots = tiles * 2, LIMBS * row_halves, tiles * row_halves * 2
-    a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words
+    chunk_steps = CHUNK_COLUMNS // span
+    a_slots, b_slots = LIMBS * row_halves * lane_words, tiles * words * (chunk_steps if early else 1)
     scale_slots, row_slots = tiles * 2 * halves, row_halves * halves
 
     @cuda.jit(device=True)
@@ -222,16 +204,23 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False):
             partial[i] = 0.0
         mine = t * halves // 4  # the group of the step this lane's columns are in
         if bases[0] < out_features:  # a warp past the last output has nothing to do (whole warps: mma needs all lanes)
-            chunk_steps = CHUNK_COLUMNS // span
-            for s in range(chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)):
+            first_step, end_step = chunk * chunk_steps, min((chunk + 1) * chunk_steps, columns // span)
+            if early:  # the codes of every step of the chunk, in flight together
+                for i in range(chunk_steps):
+                    if first_step + i < end_step:
+                        for n in range(tiles):
+                            load_words(packed, weight_rows[n] + np.uint64((first_step + i) * 4 * words + t * words),
+                                       words, code_width, b_words, (i * tiles + n) * words)
+            for s in range(first_step, end_step):
                 ends_groups = (s + 1) % steps_a_group == 0
                 first_group = s * span // group_size  # the step's first group, or the group it is inside
                 if ends_groups and ahead:
                     step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group,
                                 step_exponents, step_sums, step_scales, step_biases)
                 for n in range(tiles):  # the codes of output g, this lane's words of the step
-                    load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
-                               b_words, n * words)
+                    if not early:
+                        load_words(packed, weight_rows[n] + np.uint64(s * 4 * words + t * words), words, code_width,
+                                   b_words, n * words)
                 for q in range(LIMBS * row_halves):  # the digits of rows g + 8 rho, this lane's words of the step
                     load_words(digits, digit_rows[q] + np.uint64(s * span // 4), lane_words, digit_width, a_words,
                                q * lane_words)
@@ -250,6 +239,9 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False):
                             at = (n * tile_mmas + mu) * 4
                             d = mma_s8u8(a0, a1, a2, a3, b0, b1, acc[at], acc[at + 1], acc[at + 2], acc[at + 3])
                             acc[at], acc[at + 1], acc[at + 2], acc[at + 3] = d[0], d[1], d[2], d[3]
+                if early:  # the next step's codes to the front (constant places: b_words stays in registers)
+                    for j in range(b_slots - tiles * words):
+                        b_words[j] = b_words[j + tiles * words]
                 if ends_groups:  # the step ends its groups: add them to the partial sums, in order
                     if not ahead:
                         step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group,
@@ -324,15 +316,16 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
 
 
 @functools.cache
-def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated):
+def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=False):
     """A round block's tile and its combine, as a device function (no partial sums through global memory, no
     combine launch): the block's `chunks` warps take the outputs of `tiles` tiles of 8 from block x * tiles * 8 on
     (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs), of the weight whose
     outputs start at row `first_weight`. Warp w computes chunk w of K (`tile_products`) into shared memory, lane (g, t)
     on x rows x_rows[rho] of its tile rows g + 8 rho; then a thread per (row of the tile, output written) finishes it
     as the combine kernel does (`finish_output`) into the y row y_rows[rho] of that tile row (none where negative),
-    which warp 0's lanes (g, 0) post for the block."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
+    which warp 0's lanes (g, 0) post for the block. `early`: each warp's codes of its chunk loaded before its first
+    step (`tile_products`)."""
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1, early=early)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
     sum_slots = chunks * tile_rows * tile_outputs  # a name: numba takes a shared array's size as one
@@ -372,8 +365,10 @@ def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated):
 @functools.cache
 def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
     """The GEMM and its combine in one launch, for a round's few rows (`round_tile`): block (x, y) of `chunks` warps
-    takes row tile y; a padded row reads the quantize kernel's zero digits and is finished into no row of y."""
-    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated)
+    takes row tile y; a padded row reads the quantize kernel's zero digits and is finished into no row of y. A tile of
+    one row half of 4-bit codes loads its chunk's codes first (`early`), which measured faster there (8-bit codes
+    would hold twice the registers)."""
+    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=row_halves == 1 and bits == 4)
 
     @kernel
     def round_gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,

@@ -10,6 +10,7 @@
   path); the index is a word index, a multiple of 4 (the address must be 16-byte aligned). numba reads an array
   element by element, at most 8 bytes a load. `load8`: two words in one 8-byte load (`ld.global.nc.v2.u32`), the
   index a multiple of 2 (numba would read a uint32 array's words one by one).
+* `load_words`: a run of words in the widest of those loads that its length and place allow (`load_width`).
 * `shfl_xor`: the value of lane `lane ^ mask` of the warp (`shfl.sync.bfly`), which numba emits itself
   (`cuda.shfl_xor_sync`) but its simulator lacks.
 
@@ -116,3 +117,26 @@ else:
     def shfl_xor(value, mask, lanes):
         """The simulator's form (every lane of the warp takes part; `lanes` names them): the value its partner gave."""
         return simulator.warp_share(value)[cuda.threadIdx.x % 32 ^ mask]
+
+
+@cuda.jit(device=True)
+def load_words(source, at, count, width, target, first):
+    """target[first:first + count] = source[at:at + count] of uint32 arrays in loads of `width` words: 16-byte loads
+    for 4 (count and at multiples of 4), 8-byte loads for 2 (multiples of 2), else word by word."""
+    if width == 4:
+        for u4 in range(count // 4):
+            got = load16(source, at + np.uint64(4 * u4))
+            for u in range(4):
+                target[first + 4 * u4 + u] = got[u]
+    elif width == 2:
+        for u2 in range(count // 2):
+            pair = load8(source, at + np.uint64(2 * u2))
+            target[first + 2 * u2], target[first + 2 * u2 + 1] = pair[0], pair[1]
+    else:
+        for u in range(count):
+            target[first + u] = source[at + np.uint64(u)]
+
+
+def load_width(words):
+    """The widest load (4, 2 or 1 words) that `words` consecutive words at a multiple of `words` take whole."""
+    return 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
