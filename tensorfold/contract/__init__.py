@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 FAMILIES = ("fmath", "weights", "gemv", "quantize", "gemm", "rmsnorm", "elementwise", "conv", "deltanet", "rope",
-            "attention", "kv", "argmax", "sampling", "topk", "moe", "experts")
+            "attention", "kv", "argmax", "sampling", "topk", "moe", "experts", "ptx")
 
 
 @dataclasses.dataclass

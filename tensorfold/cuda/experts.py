@@ -21,9 +21,9 @@ sort (a block past the round's last tile returns).
 Mappings: `group_kernel` a block an expert, its threads taking the pairs a block at a time (each pair's place: the
 pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over the block); `tile_kernel` one block,
 a thread a run of experts (where its tiles start: a prefix sum over the block); `group_in_block` both in one block
-for a round whose pairs are no more than its threads (moe.py's `route_group_kernel` calls it after routing the rows),
-a thread a pair; `grouped_kernel` a block per (WARPS *
-tiles * 8 outputs, tile of 8 * row_halves of an expert's sorted pairs, chunk of K), the block reading its tile's
+for a round whose pairs are no more than its threads, a thread a pair (moe.py's `route_group_kernel` calls it after
+routing the rows); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an expert's
+sorted pairs, chunk of K), the block reading its tile's
 expert and first place from the table (`tile_pairs`), then each warp `gemm.tile_products` on the rows it gathers
 (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
 `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where a round's pairs come a few an

@@ -123,8 +123,8 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early
     the whole kernel, the registers they hold cost the kernel more than their wait). With `early`, the codes of every
     step of the chunk are loaded before the first step, so that the warp waits on memory once a chunk, not once a
     step; each step then moves the next step's codes to the front of b_words (constant places, so that they stay in
-    registers where an index that varies would put them in local memory). The round kernel's one-row tiles take it;
-    the grouped round kernel's were slower with it (the registers it adds). The caller places the tile:
+    registers where an index that varies would put them in local memory). The round kernel's one-row tiles of 4-bit
+    codes take it; the grouped round kernel's were slower with it (the registers it adds). The caller places the tile:
     lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8 rho); tile n holds outputs bases[n] ..
     bases[n] + 7 of the weight, whose outputs start at row `first_weight` of packed, scales and biases (an expert's,
     in a stack of experts); the partial sum of chunk c, row out_rows[rho] (none where negative) and the tile's
