@@ -23,7 +23,7 @@ def test_decode(tmp_path, capsys):
     for level in decode["levels"]:
         assert level["tokens"] == 3 * level["streams"]
         assert positive(level["tok_s"], level["ms_per_round"], level["stream_bytes"], level["state_bytes"],
-                        level["calls_per_round"], level["launch_ms_per_round"])
+                        level["calls_per_round"], level["launch_ms_per_round"], level["warmup_seconds"])
     assert decode["levels"][1]["calls_per_round"] > decode["levels"][0]["calls_per_round"]  # the conv, scan, ...
     assert positive(*decode["floor"].values(), decode["us_per_call"])
     ops = {op["op"]: op for op in decode["ops"]["ops"]}
@@ -41,6 +41,7 @@ def test_decode(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "decode, 2 streams (aggregate tok/s)" in table and "HBM floor" in table and "launch model" in table
     assert "a chain of 16 rows every round" in table
+    assert "#   decode x2: 2 warm-up rounds" in table  # said before the warm-up, which on a GPU compiles the kernels
 
 
 def test_draft_rows_out_of_range_are_refused(tmp_path, capsys):

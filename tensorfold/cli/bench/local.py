@@ -78,11 +78,14 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     requests = [engine.submit(rng.integers(0, model.config.vocab_size, prompt_tokens),
                               SamplingParams(max_tokens=budget, draft=rows > 1, stop_ids=()))
                 for _ in range(streams)]
+    warming = time.perf_counter()
     for n in range(warmup):  # the first round takes the prompts and gives every stream its first token
         engine.run_round()
         if n == 0:  # then room for every row: a grown buffer records its rounds anew (replay.py), here in warm-up
             for stream in engine.active:
                 stream.state.reserve(engine.context - stream.state.length)
+    model.backend.synchronize()
+    warmup_seconds = time.perf_counter() - warming
     free_after = device_free_bytes(model.backend)
     state_bytes = max(stream.state.nbytes for stream in engine.active)
     before = sum(len(r.output) for r in requests)
@@ -96,6 +99,7 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     produced = sum(len(r.output) for r in requests) - before
     graphs = engine.graphs
     return {"streams": streams, "rows": rows, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
+            "warmup_seconds": warmup_seconds,
             "graph_rounds": {"recorded": graphs.recorded, "recorded_while_timed": graphs.recorded - recorded,
                              "replayed": graphs.replayed} if graphs else None,
             "ms_per_round": 1000 * seconds / rounds, "context": engine.context, "stream_bytes": engine.stream_bytes(),
@@ -166,10 +170,13 @@ def run_decode(model, args, rng) -> dict:
     backend = model.backend
     levels = []
     for streams in args.streams:
+        echo(f"#   decode x{streams}: {args.warmup} warm-up rounds (on a GPU the first compile and record its "
+             f"kernels), then {args.tokens} timed")
         level = decode_rate(model, streams, args.tokens, args.warmup, args.prompt_tokens, rng)
         level["calls_per_round"] = calls_per_round(model, streams)
         levels.append(level)
-        echo(f"#   decode x{streams}: {level['tok_s']:,.1f} tok/s ({level['ms_per_round']:.2f} ms a round)")
+        echo(f"#   decode x{streams}: {level['tok_s']:,.1f} tok/s ({level['ms_per_round']:.2f} ms a round; warm-up "
+             f"{level['warmup_seconds']:.1f} s)")
     drafted = None
     if args.draft_rows > 1:
         one = decode_rate(model, 1, args.tokens, args.warmup, args.prompt_tokens, rng)
