@@ -138,14 +138,21 @@ class CudaBackend:
         return stored.launch_embed(kernels[weight.kind], self._device(as_int32(ids)), weight.in_features,
                                    *args, stream=self.stream)
 
-    def rmsnorm(self, x, multiplier, eps):
-        return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream)
+    # A norm whose output an exact GEMM reads next (`readers`) quantizes it for that GEMM in its own launch.
+    def rmsnorm(self, x, multiplier, eps, readers=()):
+        layout = gemm_launch.reader_layout(readers, x.shape[0], x.shape[1]) if len(x.shape) == 2 else None
+        return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream, layout=layout)
 
-    def add_rmsnorm(self, h, delta, multiplier, eps):
-        return norm.add_rmsnorm_launch(h, delta, multiplier, eps, stream=self.stream)
+    def add_rmsnorm(self, h, delta, multiplier, eps, readers=()):
+        layout = gemm_launch.reader_layout(readers, h.shape[0], h.shape[1])
+        return norm.add_rmsnorm_launch(h, delta, multiplier, eps, stream=self.stream, layout=layout)
 
-    def rmsnorm_gated(self, x, z, multiplier, eps):
-        return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream)
+    def rmsnorm_gated(self, x, z, multiplier, eps, readers=()):
+        rows, heads, width = x.shape
+        layout = gemm_launch.reader_layout(readers, rows, heads * width)
+        if layout is not None and width % layout[1]:  # a group would straddle two heads' blocks
+            layout = None
+        return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream, layout=layout)
 
     def add(self, a, b):
         return elementwise.launch_elementwise(elementwise.add_kernel, a, b, stream=self.stream)

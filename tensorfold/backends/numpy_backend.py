@@ -110,9 +110,18 @@ class NumpyBackend:
         no merged bit: the merge skips a chunk no row reaches)."""
         return attention.attention_partial(q, keys, values, n_keys, scale, committed, path_slots)
 
-    rmsnorm = staticmethod(norm.rmsnorm)
-    add_rmsnorm = staticmethod(norm.add_rmsnorm)
-    rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
+    @staticmethod
+    def rmsnorm(x, multiplier, eps, readers=()):
+        return norm.rmsnorm(x, multiplier, eps)
+
+    @staticmethod
+    def add_rmsnorm(h, delta, multiplier, eps, readers=()):
+        return norm.add_rmsnorm(h, delta, multiplier, eps)
+
+    @staticmethod
+    def rmsnorm_gated(x, z, multiplier, eps, readers=()):
+        rows, heads, width = np.shape(x)
+        return norm.rmsnorm_gated(x, z, multiplier, eps).reshape(rows, heads * width)
     scan_inputs = staticmethod(deltanet.scan_inputs)
     rope = staticmethod(rotary.rope)
     norm_rope = staticmethod(rotary.norm_rope)

@@ -36,14 +36,16 @@ class Ops(Protocol):
 
     # --- norms and elementwise ------------------------------------------------------------------------------------
 
-    def rmsnorm(self, x, multiplier, eps):
+    # `readers`: the Linears that read the norm's output next. A device backend may quantize the output for their
+    # exact GEMMs in the norm's own launch (tensorfold/cuda/rmsnorm.py); the values are the same either way.
+    def rmsnorm(self, x, multiplier, eps, readers=()):
         """x [..., width] RMS-normalised over its last axis and times multiplier [width]."""
 
-    def add_rmsnorm(self, h, delta, multiplier, eps):
+    def add_rmsnorm(self, h, delta, multiplier, eps, readers=()):
         """(h + delta, rmsnorm(h + delta)) for h, delta [rows, hidden]: a residual add and the norm after it."""
 
-    def rmsnorm_gated(self, x, z, multiplier, eps):
-        """rmsnorm(x) * SiLU(z) over the last axis, for x, z [rows, nv, dv] and multiplier [dv]."""
+    def rmsnorm_gated(self, x, z, multiplier, eps, readers=()):
+        """rmsnorm(x) * SiLU(z) over the last axis, for x, z [rows, nv, dv] and multiplier [dv]: [rows, nv * dv]."""
 
     def add(self, a, b):
         """a + b, elementwise, for two arrays of one shape."""

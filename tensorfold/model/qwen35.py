@@ -54,6 +54,20 @@ class Qwen35:
         PROJECTIONS: one GEMV per stacked weight, which writes each projection's output as its own array."""
         return [y for weight, widths in self.projections[prefix] for y in self.ops.linear_parts(x, weight, widths)]
 
+    def readers(self, part: str, i: int = 0) -> tuple:
+        """The Linears that read the output of the norm before layer i's mixer (`part` "mixer"), its DeltaNet's
+        output projection ("out"), its MLP ("mlp") or the head ("head"): the group's stacked projections, a sparse
+        block's routed experts, the one weight. A backend may quantize that output for them in the norm's own launch
+        (ops.Ops)."""
+        if part in ("head", "out"):
+            return (self.lm_head,) if part == "head" else (self.weights[f"layers.{i}.linear_attn.out_proj.weight"],)
+        kind = self.config.layer_types[i]
+        prefix = f"layers.{i}." + ("mlp." if part == "mlp" else
+                                   "linear_attn." if kind == "linear_attention" else "self_attn.")
+        experts = self.experts.get(prefix)
+        stacks = self.projections.get(prefix, []) + self.projections.get(prefix + "shared_expert.", [])
+        return tuple(weight for weight, _ in stacks) + ((experts.gate_up,) if experts else ())
+
     def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy(), pool: LanePool | None = None,
                   lane: int = 0) -> StreamState:
         return StreamState(self.config, self.ops, max_rows, policy, pool, lane)
@@ -90,16 +104,16 @@ class Qwen35:
             win.state.window_rows = len(win.ids)
             win.state.reserve(len(win.ids))  # key/value rows at length + slot (no-op in a recorded round)
         h = ops.embed(inputs.ids, w["embed_tokens.weight"])
-        x = ops.rmsnorm(h, w["layers.0.input_layernorm.weight"], c.rms_norm_eps)
+        x = ops.rmsnorm(h, w["layers.0.input_layernorm.weight"], c.rms_norm_eps, self.readers("mixer", 0))
         tapped = {}
         for i, kind in enumerate(c.layer_types):  # each residual add and the norm after it: one op, add_rmsnorm
             p = f"layers.{i}."
             mixer = self.deltanet if kind == "linear_attention" else self.attention
             h, x = ops.add_rmsnorm(h, mixer(x, windows, spans, i, inputs), w[p + "post_attention_layernorm.weight"],
-                                   c.rms_norm_eps)
+                                   c.rms_norm_eps, self.readers("mlp", i))
             if i + 1 < c.num_hidden_layers:
                 h, x = ops.add_rmsnorm(h, self.mlp(x, p + "mlp."), w[f"layers.{i + 1}.input_layernorm.weight"],
-                                       c.rms_norm_eps)
+                                       c.rms_norm_eps, self.readers("mixer", i + 1))
             else:  # the final norm reads only the rows whose logits are wanted
                 h = ops.add(h, self.mlp(x, p + "mlp."))
             if i in taps:
@@ -113,7 +127,7 @@ class Qwen35:
             rows = h[wanted[0][0]:wanted[0][1]]
         else:
             rows = ops.concat_rows([h[a:b] for a, b in wanted])
-        logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps), self.lm_head)
+        logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps, self.readers("head")), self.lm_head)
         return logits, [int(n) for n in np.cumsum([0] + [b - a for a, b in wanted])]
 
     def mlp(self, x, p):
@@ -181,8 +195,8 @@ class Qwen35:
                                                           maps.depths, maps.path_slots, out=out[a:b],
                                                           in_place=inputs.in_place)
                     state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
-        y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
-        return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
+        y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps, self.readers("out", i))
+        return ops.linear(y, w[p + "out_proj.weight"])
 
     def attention(self, x, windows, spans, i, inputs):
         """A gated full-attention layer: q/gate interleaved per head, q/k norms, partial RoPE, GQA, sigmoid gate."""
