@@ -126,9 +126,9 @@ def main():
                  gemm.whole_kernel(4, 64, *gemm_launch.kernel_shape(2048, 4, 64, columns, outs), gated), rounds,
                  gemm.WARPS * 32) for name, columns, outs, gated in (("gate/up", 2048, 12288, True),
                                                                      ("down", 6144, 2048, False))]
-    # the grouped round and whole kernels': products' up to groups a row, then y, pairs, outputs, the sorted pairs,
-    # their offsets, the tile table, x rows a pair
-    grouped_finishing = products[:10] + (f32, types.int64, types.int64, i32, i32, i2, types.int64)
+    # the grouped round and whole kernels': products' up to groups a row, then y, pairs, outputs, the tile table (each
+    # tile's expert and pairs), x rows a pair
+    grouped_finishing = products[:10] + (f32, types.int64, types.int64, i2, types.int64)
     kernels += [("grouped expert GEMM and combine, 4-bit, a round's gate/up", experts.grouped_round_kernel(
                     4, 64, round_words, 1, gemm.ROUND_TILES, chunks, True), grouped_finishing, chunks * 32),
                 ("grouped expert GEMM over the whole of K, 4-bit, a prompt chunk's gate/up",
@@ -136,7 +136,7 @@ def main():
                  grouped_finishing, experts.BLOCK_THREADS),
                 ("expert grouping (the pairs sorted by expert)", experts.group_kernel,
                  (i2, types.int64, types.int64, i32, i32), experts.GROUP_THREADS),
-                ("the grouping's tile table", experts.tile_kernel, (i32, types.int64, i2), experts.TILE_THREADS),
+                ("the grouping's tile table", experts.tile_kernel, (i32, i32, types.int64, i2), experts.TILE_THREADS),
                 ("router (top k of each row's experts), 256 experts", moe.route_kernel(8), (f2, types.int64, i2, f2),
                  32),
                 ("router and grouping of a round, 256 experts and the shared one, 16 rows",

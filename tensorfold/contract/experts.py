@@ -22,9 +22,10 @@ from tensorfold.cuda.experts import (
     grouped_kernel,
     grouped_round_kernel,
     grouped_whole_kernel,
-    pair_rows,
+    clear_tiles,
     tile_kernel,
     tile_pairs,
+    write_tile,
     routed_experts,
     routed_experts_launch,
     row_tiles,
@@ -66,14 +67,16 @@ def _groups_cases(mode, rng):
 
 def groups_twin(ids, experts, shared):
     """`expert_pairs` as the kernels write it: the pairs in one list, where each expert's start, and the table of the
-    row tiles they fill (each tile's expert and first place, -1 past the last)."""
+    row tiles they fill (each tile's expert and pairs, -1 past its expert's last pair and past the last tile)."""
     pairs = expert_pairs(with_shared(ids, experts, shared), experts)
     offsets = np.cumsum([0] + [len(p) for p in pairs]).astype(np.int32)
     count = len(ids) * (ids.shape[1] + shared)
     tile_rows = 8 * row_halves_for(-(-count // experts))
-    table = np.full((2, row_tiles(count, experts, tile_rows)), -1, np.int32)
-    tiles = [(e, first) for e in range(experts) for first in range(offsets[e], offsets[e + 1], tile_rows)]
-    table[:, :len(tiles)] = np.array(tiles, np.int32).T
+    table = np.full((row_tiles(count, experts, tile_rows), 1 + tile_rows), -1, np.int32)
+    tiles = [(e, pairs[e][first:first + tile_rows]) for e in range(experts) for first in range(0, len(pairs[e]),
+                                                                                               tile_rows)]
+    for tile, (e, its_pairs) in enumerate(tiles):
+        table[tile, 0], table[tile, 1:1 + len(its_pairs)] = e, its_pairs
     return np.concatenate(pairs).astype(np.int32), offsets, table
 
 
@@ -180,8 +183,9 @@ def _experts_swapped(first, second):
     return control
 
 
-EXPERT_KERNELS = (group_kernel, tile_kernel, grouped_kernel, grouped_round_kernel, grouped_whole_kernel, tile_pairs,
-                  pair_rows, tile_products, round_tile, whole_tile, quantize_kernel, combine_kernel)
+EXPERT_KERNELS = (group_kernel, tile_kernel, write_tile, clear_tiles, grouped_kernel, grouped_round_kernel,
+                  grouped_whole_kernel, tile_pairs, tile_products, round_tile, whole_tile, quantize_kernel,
+                  combine_kernel)
 EXPERT_CONTROLS = {"a row routed to the wrong expert": _row_to_the_wrong_expert,
                    "two experts' weights swapped": _experts_swapped(0, 1),
                    "the first and the last expert's weights swapped": _experts_swapped(0, -1),

@@ -15,18 +15,18 @@ which rows share the expert or how many.
 The twin sorts the pairs with NumPy and runs each expert's rows through `gemm.gemm_affine` (or any row-independent
 `linear`). The kernels keep the expert ids on the device (no copy to the host, so a decode round with experts can
 be recorded as a CUDA graph): `group_kernel` sorts the pairs on the device, `tile_kernel` lists the row tiles they
-fill, and the GEMM's grid is sized for the worst case, its blocks reading their expert and rows from the list and the
-sort (a block past the round's last tile returns).
+fill (each tile's expert and its pairs), and the GEMM's grid is sized for the worst case, its blocks reading their
+expert and rows from that table (a block past the round's last tile returns).
 
 Mappings: `group_kernel` a block an expert, its threads taking the pairs a block at a time (each pair's place: the
 pairs of lower experts, and its own expert's earlier pairs, by a prefix sum over the block); `tile_kernel` one block,
 a thread a run of experts (where its tiles start: a prefix sum over the block); `group_in_block` both in one block
 for a round whose pairs are no more than its threads, a thread a pair (moe.py's `route_group_kernel` calls it after
 routing the rows); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile of 8 * row_halves of an expert's
-sorted pairs, chunk of K), the block reading its tile's
-expert and first place from the table (`tile_pairs`), then each warp `gemm.tile_products` on the rows it gathers
-(gate/up: the pairs' rows of x; down: the pairs' rows of h) and its expert's weight rows; then gemm.py's
-`combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output). Where a round's pairs come a few an
+sorted pairs, chunk of K), the block reading its tile's expert and pairs from the table (`tile_pairs`), then each
+warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its
+expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output).
+Where a round's pairs come a few an
 expert, `grouped_round_kernel` instead: a block per (tiles of outputs, row tile), a warp a chunk of K, the block
 finishing the outputs from shared memory (gemm.py's `round_tile`), no combine. Where K is one chunk, or a prompt's
 pairs fill the GPU, `grouped_whole_kernel`: a block per (WARPS tiles of outputs, row tile), each warp walking all of
@@ -148,11 +148,12 @@ def expert_tiles(offsets, e, tile_rows):
 
 
 @kernel
-def tile_kernel(offsets, tile_rows, table):
+def tile_kernel(order, offsets, tile_rows, table):
     """The row tiles of the sorted pairs, as the table the grouped kernels read: each expert's pairs in tiles of
-    `tile_rows`, the experts' tiles in expert order; table[0, i] the expert of tile i and table[1, i] its first place
-    in the order, both -1 past the last tile. One block: thread t counts the tiles of its run of experts, the block
-    adds the runs up (an integer prefix sum, in shared memory), and each thread writes its run's tiles."""
+    `tile_rows`, the experts' tiles in expert order; table[i, 0] the expert of tile i and table[i, 1 + j] its j-th
+    pair (-1 past its expert's last), every entry -1 past the last tile. One block: thread t counts the tiles of its
+    run of experts, the block adds the runs up (an integer prefix sum, in shared memory), and each thread writes its
+    run's tiles."""
     t, threads = cuda.threadIdx.x, cuda.blockDim.x
     ends = cuda.shared.array(TILE_THREADS, np.int32)  # tiles before the end of each thread's run
     experts = offsets.shape[0] - 1
@@ -166,10 +167,26 @@ def tile_kernel(offsets, tile_rows, table):
     tile = ends[t] - count
     for e in range(lowest, past):
         for n in range(expert_tiles(offsets, e, tile_rows)):
-            table[0, tile], table[1, tile] = e, offsets[e] + n * tile_rows
+            write_tile(table, tile, e, order, offsets[e] + n * tile_rows, offsets[e + 1])
             tile += 1
-    for i in range(ends[threads - 1] + t, table.shape[1], threads):
-        table[0, i], table[1, i] = -1, -1
+    clear_tiles(table, ends[threads - 1] + t, threads)
+
+
+@cuda.jit(device=True)
+def write_tile(table, tile, e, order, first, end):
+    """Row `tile` of the table: expert e, then the pairs at places first .. first + tile_rows - 1 of the order (-1
+    from `end` on, past the expert's last)."""
+    table[tile, 0] = e
+    for j in range(table.shape[1] - 1):
+        table[tile, 1 + j] = order[first + j] if first + j < end else -1
+
+
+@cuda.jit(device=True)
+def clear_tiles(table, lowest, threads):
+    """The table's rows from `lowest` on, every `threads`-th (the caller's share), all -1: no tile."""
+    for i in range(lowest, table.shape[0], threads):
+        for j in range(table.shape[1]):
+            table[i, j] = -1
 
 
 @cuda.jit(device=True)
@@ -177,9 +194,10 @@ def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, exper
     """`group_kernel` and `tile_kernel` in one block, for a round whose pairs are no more than the block's threads:
     thread t takes pair t, counts the pairs before it in the order (lower experts; its expert's pairs before it) and
     writes itself at that place; a place starts a row tile where it is its expert's first or `tile_rows` on from one,
-    and the tile's number is the count of starts up to it (an integer prefix sum); expert e's pairs start at the first
-    place whose expert is e or higher (a binary search of the sorted experts). experts_of, sorted_experts and starts
-    are the block's shared int32 arrays, a slot a thread. The counts are integers, so the order is fixed."""
+    and the tile's number is the count of starts up to it (an integer prefix sum), its thread writing the tile's row
+    of the table (`write_tile`, as `tile_kernel` does); expert e's pairs start at the first place whose expert is e or
+    higher (a binary search of the sorted experts). experts_of, sorted_experts and starts are the block's shared
+    int32 arrays, a slot a thread. The counts are integers, so the order is fixed."""
     t, threads = cuda.threadIdx.x, cuda.blockDim.x
     pairs, experts = ids.shape[0] * per_row, offsets.shape[0] - 1
     starts[t] = 0
@@ -200,11 +218,12 @@ def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, exper
         order[place], sorted_experts[place] = t, e
         starts[place] = 1 if first else 0
     inclusive_scan(starts, t, threads)  # starts[place]: the tiles that start at or before place (and a barrier)
-    if first:
-        tile = starts[place] - 1
-        table[0, tile], table[1, tile] = sorted_experts[place], place
-    for i in range(starts[threads - 1] + t, table.shape[1], threads):
-        table[0, i], table[1, i] = -1, -1
+    if first:  # the order is written: the barrier made the block's global writes visible to it
+        end = place + 1  # the tile's last place of expert e, and one
+        while end < min(pairs, place + tile_rows) and sorted_experts[end] == e:
+            end += 1
+        write_tile(table, starts[place] - 1, e, order, place, end)
+    clear_tiles(table, starts[threads - 1] + t, threads)
     for e in range(t, experts + 1, threads):  # where expert e's pairs start: the first place of e or a higher expert
         low, high = 0, pairs
         while low < high:
@@ -217,26 +236,19 @@ def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, exper
 
 
 @cuda.jit(device=True)
-def pair_rows(order, first, end, per_row, x_rows, out_rows, row_halves):
-    """A lane's rows of a row tile of the sorted pairs from place `first` (its expert's pairs end at `end`): row g + 8
-    rho is the pair at that place, which reads x row pair // per_row (k for gate/up, whose x is a row per token; 1 for
-    down, a row per pair) and writes row pair; a place past the expert's last pair reads that pair's row and writes
-    nothing (-1)."""
-    for rho in range(row_halves):
-        place = first + cuda.threadIdx.x % 32 // 4 + 8 * rho
-        pair = order[min(place, end - 1)]
-        x_rows[rho] = pair // per_row
-        out_rows[rho] = pair if place < end else -1
-
-
-@cuda.jit(device=True)
-def tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves):
-    """The expert of the block's row tile (block y) of the sorted pairs (`tile_kernel`'s table), and the lane's rows
-    of it in x_rows and out_rows (`pair_rows`); -1 past the round's last tile (the grid is sized for the worst
-    case)."""
-    expert = table[0, cuda.blockIdx.y]
+def tile_pairs(table, per_row, x_rows, out_rows, row_halves):
+    """The expert of the block's row tile (block y: row y of `tile_kernel`'s table), -1 past the round's last tile
+    (the grid is sized for the worst case), and the lane's rows of the tile: row g + 8 rho is the tile's pair g + 8
+    rho, which reads x row pair // per_row (k for gate/up, whose x is a row per token; 1 for down, a row per pair) and
+    writes row pair; past the expert's last pair (-1) it reads x row 0 (any row: its products are not written) and
+    writes nothing. Every load here waits on none but the block's index: the pairs are in the table itself."""
+    y = cuda.blockIdx.y
+    expert = table[y, 0]
     if expert >= 0:
-        pair_rows(order, table[1, cuda.blockIdx.y], offsets[expert + 1], per_row, x_rows, out_rows, row_halves)
+        for rho in range(row_halves):
+            pair = table[y, 1 + cuda.threadIdx.x % 32 // 4 + 8 * rho]
+            x_rows[rho] = max(pair, 0) // per_row
+            out_rows[rho] = pair
     return expert
 
 
@@ -248,10 +260,10 @@ def grouped_kernel(bits, group_size, words, row_halves, tiles):
 
     @kernel
     def grouped(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, pairs,
-                out_features, order, offsets, table, per_row):
+                out_features, table, per_row):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        expert = tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(table, per_row, x_rows, out_rows, row_halves)
         if expert < 0:
             return
         bases = cuda.local.array(tiles, np.int64)
@@ -272,10 +284,10 @@ def grouped_round_kernel(bits, group_size, words, row_halves, tiles, chunks, gat
 
     @kernel
     def grouped_round(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
-                      out_features, order, offsets, table, per_row):
+                      out_features, table, per_row):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        expert = tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(table, per_row, x_rows, out_rows, row_halves)
         if expert < 0:
             return
         tile(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, out_features,
@@ -294,10 +306,10 @@ def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
 
     @kernel
     def grouped_whole(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, y, pairs,
-                      out_features, order, offsets, table, per_row):
+                      out_features, table, per_row):
         x_rows = cuda.local.array(row_halves, np.int64)
         out_rows = cuda.local.array(row_halves, np.int64)
-        expert = tile_pairs(order, offsets, table, per_row, x_rows, out_rows, row_halves)
+        expert = tile_pairs(table, per_row, x_rows, out_rows, row_halves)
         if expert < 0:
             return
         bases = cuda.local.array(tiles, np.int64)
@@ -312,7 +324,7 @@ def grouped_whole_kernel(bits, group_size, words, row_halves, tiles, gated):
 
 class Grouping(NamedTuple):
     """A round's pairs grouped by expert on the device (`group_launch`): the pairs in expert order, where each
-    expert's start, the table of row tiles (`tile_kernel`) and the rows of a tile."""
+    expert's start, the table of row tiles (`tile_kernel`: each tile's expert and pairs) and the rows of a tile."""
     order: object
     offsets: object
     table: object
@@ -325,18 +337,20 @@ def new_grouping(pairs, experts, stream=0) -> Grouping:
     tile_rows = 8 * row_halves_for(-(-pairs // experts))
     return Grouping(cuda.device_array(pairs, np.int32, stream=stream),
                     cuda.device_array(experts + 1, np.int32, stream=stream),
-                    cuda.device_array((2, row_tiles(pairs, experts, tile_rows)), np.int32, stream=stream), tile_rows)
+                    cuda.device_array((row_tiles(pairs, experts, tile_rows), 1 + tile_rows), np.int32, stream=stream),
+                    tile_rows)
 
 
 def group_launch(ids, experts, shared=False, stream=0) -> Grouping:
     """`group_kernel` and `tile_kernel` on device ids [rows, k] (with `shared`, a last rank on the last expert for
-    every row): order [pairs], offsets [experts + 1] and the table [2, row tiles], on the device (`new_grouping`)."""
+    every row): order [pairs], offsets [experts + 1] and the table [row tiles, 1 + tile rows], on the device
+    (`new_grouping`)."""
     per_row = ids.shape[1] + shared
     pairs = ids.shape[0] * per_row
     grouping = new_grouping(pairs, experts, stream)
     threads = min(GROUP_THREADS, max(32, 1 << (pairs - 1).bit_length()))  # a decode round's few pairs: one warp
     group_kernel[experts + 1, threads, stream](ids, per_row, experts - 1, grouping.order, grouping.offsets)
-    tile_kernel[1, TILE_THREADS, stream](grouping.offsets, grouping.tile_rows, grouping.table)
+    tile_kernel[1, TILE_THREADS, stream](grouping.order, grouping.offsets, grouping.tile_rows, grouping.table)
     return grouping
 
 
@@ -370,7 +384,7 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
     out_features = weight.out_features // experts
     count = out_features // 2 if gated else out_features
     words, halves, tiles = grouped_shape(pairs, experts, weight, columns)
-    tile_rows, row_tile_slots = 8 * halves, grouping.table.shape[1]  # the grid's rows: the table's slots
+    tile_rows, row_tile_slots = 8 * halves, grouping.table.shape[0]  # the grid's rows: the table's slots
     assert tile_rows == grouping.tile_rows, "the grouping's tiles are the kernel's"
     chunks = -(-columns // CHUNK_COLUMNS)
     arguments = (flat(digits).view(np.uint32), flat(exponents), flat(sums), columns, x_rows, flat(weight.data),
@@ -389,12 +403,12 @@ def grouped_products(quantized, per_row, grouping, pairs, weight, experts, strea
         finishing = None
     if finishing is not None:  # both kernels finish their outputs themselves, and take the same arguments
         y = cuda.device_array(pairs * count, np.float32, stream=stream)
-        finishing(*arguments, y, pairs, out_features, grouping.order, grouping.offsets, grouping.table, per_row)
+        finishing(*arguments, y, pairs, out_features, grouping.table, per_row)
         return y.reshape(pairs, count)
     partials = cuda.device_array(chunks * pairs * out_features, np.float64, stream=stream)
     grouped_kernel(weight.bits, weight.group_size, words, halves, tiles)[
         (output_blocks(out_features, tiles), row_tile_slots, chunks), BLOCK_THREADS, stream](
-        *arguments, partials, pairs, out_features, grouping.order, grouping.offsets, grouping.table, per_row)
+        *arguments, partials, pairs, out_features, grouping.table, per_row)
     return launch_combine(partials, chunks, pairs, out_features, stream, gated=gated)
 
 
