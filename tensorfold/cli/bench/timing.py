@@ -3,7 +3,8 @@ floor's copy bandwidth, the 4-bit GEMV alone, the host time of one small call, a
 alone) that one decode round makes.
 
 On a GPU a kernel or copy is timed on the device, between two events, queued behind a kernel that holds the
-stream; elsewhere (numpy, numba's simulator), by wall clock.
+stream until the host has queued every call (checked each time); elsewhere (numpy, numba's simulator), by wall
+clock.
 """
 import functools
 import time
@@ -12,9 +13,14 @@ import warnings
 import numpy as np
 
 
+HOLD_MICROSECONDS = 50_000  # the first hold asked for; a hold the host outlasted is asked for again, longer
+HOLD_TRIES = 4
+
+
 @functools.cache
 def hold_kernel():
-    """A one-thread kernel that sleeps for about a number of microseconds (compiled on first use)."""
+    """A one-thread kernel that sleeps for about a number of microseconds (compiled on first use): `nanosleep` sleeps
+    anything from none to twice what it asks, so the caller checks how long it held (`device_seconds`)."""
     from numba import cuda
 
     @cuda.jit
@@ -26,7 +32,9 @@ def hold_kernel():
 
 def device_seconds(backend, launch, repeats: int) -> float:
     """Seconds per call of `launch` (which only queues work). On a GPU the calls are queued behind a kernel that
-    holds the stream, so they run back to back on the device, timed between two events; elsewhere, wall time."""
+    holds the stream, so they run back to back on the device, timed between two events; elsewhere, wall time. A hold
+    that ended before the host had queued every call (its time between events is shorter than the host's queueing)
+    would have timed the host's queueing too, so the run is made again behind a hold of twice the queueing."""
     from tensorfold.serve.memory import on_gpu
     launch()  # compile and warm
     backend.synchronize()
@@ -36,16 +44,25 @@ def device_seconds(backend, launch, repeats: int) -> float:
             launch()
         return (time.perf_counter() - started) / repeats
     cuda, stream = backend.cuda, backend.stream
-    start, end = cuda.event(), cuda.event()
-    with cuda.current_context().deallocations.disable(), warnings.catch_warnings():  # a free would wait for the hold
-        warnings.simplefilter("ignore")  # numba's low-occupancy warning for the one-thread hold
-        hold_kernel()[1, 1, stream](50_000)  # long enough to queue every launch behind it
-        start.record(stream)
-        for _ in range(repeats):
-            launch()
-        end.record(stream)
-        end.synchronize()
-    return cuda.event_elapsed_time(start, end) / 1000 / repeats
+    held, start, end = cuda.event(), cuda.event(), cuda.event()
+    hold = HOLD_MICROSECONDS
+    for _ in range(HOLD_TRIES):
+        with cuda.current_context().deallocations.disable(), warnings.catch_warnings():  # a free would wait for it
+            warnings.simplefilter("ignore")  # numba's low-occupancy warning for the one-thread hold
+            held.record(stream)
+            hold_kernel()[1, 1, stream](hold)
+            start.record(stream)
+            queueing = time.perf_counter()
+            for _ in range(repeats):
+                launch()
+            queueing = time.perf_counter() - queueing
+            end.record(stream)
+            end.synchronize()
+        if cuda.event_elapsed_time(held, start) / 1000 > queueing:
+            return cuda.event_elapsed_time(start, end) / 1000 / repeats
+        hold = max(2 * hold, int(2e6 * queueing))
+    raise RuntimeError(f"timing: the host took {queueing * 1e3:.1f} ms to queue {repeats} calls, longer than every "
+                       f"hold of the stream ({HOLD_TRIES} tries): ask for fewer repeats")
 
 
 def gemv_bandwidth(backend, name: str, weight, repeats: int) -> dict:
