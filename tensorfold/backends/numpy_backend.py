@@ -110,6 +110,7 @@ class NumpyBackend:
         no merged bit: the merge skips a chunk no row reaches)."""
         return attention.attention_partial(q, keys, values, n_keys, scale, committed, path_slots)
 
+    # the twins; `readers` tells a device backend what to quantize the output for (ops.Ops), which the twins need not
     @staticmethod
     def rmsnorm(x, multiplier, eps, readers=()):
         return norm.rmsnorm(x, multiplier, eps)
