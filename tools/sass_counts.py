@@ -146,8 +146,8 @@ def main():
                  (f2, types.int8[:, :, ::1], i2, i2), quantize_threads),
                 ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2), rmsnorm.THREADS),
                 ("residual norm and x's quantize for a round's 4-bit GEMM", rmsnorm.add_rmsnorm_digits_kernel(
-                    4, round_words, 64), (f2, f2, f2, types.float64, f2, f2, types.int8[:, :, ::1], i2, i2),
-                 rmsnorm.THREADS),
+                    ((4, round_words),), 64), (f2, f2, f2, types.float64, f2, f2, types.int8[:, :, :, ::1],
+                                               types.int32[:, :, ::1], types.int32[:, :, ::1]), rmsnorm.THREADS),
                 ("DeltaNet scan, dk 128", deltanet.scan_kernel(128),
                  (f4, f3, f3, f3, f2, f2, i32, i2, f3, f4, f2, f3, f3), deltanet.SCAN_THREADS),
                 ("DeltaNet scan of one row for each of several lanes, dk 128", deltanet.scan_kernel(128, lanes=True),

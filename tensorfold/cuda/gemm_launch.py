@@ -52,13 +52,22 @@ def quantize_shape(rows, bits, group_size, columns) -> tuple:
     return words, -(-rows // (8 * row_halves)) * 8 * row_halves
 
 
+READER_LAYOUTS = 2  # the most layouts a norm quantizes its output in (a router's 8-bit one beside the experts' 4-bit)
+
+
 def reader_layout(readers, rows, columns):
-    """(bits, group_size, words, rows_pad): the layout in which the affine Linears `readers` read x [rows, columns]
-    (`quantize_shape`), the one most of them read (the first of equals; a grouped GEMM's may differ, and it then
-    quantizes x itself); None where none of them reads x through the exact GEMM."""
+    """(steps, group_size, rows_pad): the layouts in which the affine Linears `readers` read x [rows, columns]
+    (`quantize_shape`), steps the (bits, words) of each, those most of them read first (the first of equals), up to
+    READER_LAYOUTS of one group size; None where none of them reads x through the exact GEMM. (A grouped GEMM's
+    layout may differ from its Linear's; it then quantizes x itself.)"""
     layouts = [(w.bits, w.group_size, *quantize_shape(rows, w.bits, w.group_size, columns)) for w in readers
                if w.kind == "affine" and w.in_features == columns]
-    return max(layouts, key=layouts.count) if layouts else None
+    if not layouts:
+        return None
+    ranked = sorted(dict.fromkeys(layouts), key=lambda layout: -layouts.count(layout))  # stable: the first of equals
+    group_size, rows_pad = ranked[0][1], ranked[0][3]
+    steps = [(bits, words) for bits, size, words, _ in ranked if size == group_size]
+    return tuple(steps[:READER_LAYOUTS]), group_size, rows_pad
 
 
 def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None, gated=False):

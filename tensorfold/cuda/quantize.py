@@ -129,18 +129,14 @@ def quantize_kernel(bits, words, group_size):
     return quantize
 
 
-def new_quantized(rows_pad, columns, group_size, stream=0):
-    """Device arrays for x's digits int8 [LIMBS, rows_pad, K], exponents and S int32 [rows_pad, groups]."""
-    return (cuda.device_array((LIMBS, rows_pad, columns), np.int8, stream=stream),
-            cuda.device_array((rows_pad, columns // group_size), np.int32, stream=stream),
-            cuda.device_array((rows_pad, columns // group_size), np.int32, stream=stream))
-
-
 def launch_quantize(x, bits, group_size, words, rows_pad, stream=0):
     """x's digits int8 [LIMBS, rows_pad, K] (laid out for steps of `words` words), exponents and S int32
     [rows_pad, groups], on the device."""
     columns = x.shape[1]
-    digits, exponents, sums = new_quantized(rows_pad, columns, group_size, stream)
+    groups = columns // group_size
+    digits = cuda.device_array((LIMBS, rows_pad, columns), np.int8, stream=stream)
+    exponents = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
+    sums = cuda.device_array((rows_pad, groups), np.int32, stream=stream)
     threads = math.gcd(BLOCK, columns // QUANTIZE_COLUMNS)  # whole groups a block, and no column past K
     quantize_kernel(bits, words, group_size)[(columns // QUANTIZE_COLUMNS // threads, rows_pad), threads, stream](
         x, digits, exponents, sums)

@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import block_dot, fma32, silu32, silu32_twin, sqrt32
-from tensorfold.cuda.quantize import QUANTIZE_COLUMNS, new_quantized, quantize_columns
+from tensorfold.cuda.quantize import LIMBS, QUANTIZE_COLUMNS, quantize_columns
 from tensorfold.device.launch import kernel
 
 THREADS = 128
@@ -247,9 +247,26 @@ def quantize_vector(bits, words, group_size):
 
 
 @functools.cache
-def rmsnorm_digits_kernel(bits, words, group_size):
-    """rmsnorm_kernel, then row n's digits (`quantize_vector`); block n of the padded rows."""
-    quantize = quantize_vector(bits, words, group_size)
+def quantize_steps(steps, group_size):
+    """A device function: `quantize_vector` in each layout of `steps`, (bits, words) pairs, one or two, into
+    digits[i], exponents[i] and sums[i] for layout i."""
+    first, last = (quantize_vector(bits, words, group_size) for bits, words in (steps[0], steps[-1]))
+    two = len(steps) == 2
+    assert len(steps) <= 2, "one layout or two"
+
+    @cuda.jit(device=True)
+    def each(x, n, live, digits, exponents, sums, row, offset):
+        first(x, n, live, digits[0], exponents[0], sums[0], row, offset)
+        if two:
+            last(x, n, live, digits[1], exponents[1], sums[1], row, offset)
+
+    return each
+
+
+@functools.cache
+def rmsnorm_digits_kernel(steps, group_size):
+    """rmsnorm_kernel, then row n's digits in each layout (`quantize_steps`); block n of the padded rows."""
+    quantize = quantize_steps(steps, group_size)
 
     @kernel
     def rmsnorm_digits(x, multiplier, eps, y, digits, exponents, sums):
@@ -264,9 +281,9 @@ def rmsnorm_digits_kernel(bits, words, group_size):
 
 
 @functools.cache
-def add_rmsnorm_digits_kernel(bits, words, group_size):
-    """add_rmsnorm_kernel, then row n's digits (`quantize_vector`); block n of the padded rows."""
-    quantize = quantize_vector(bits, words, group_size)
+def add_rmsnorm_digits_kernel(steps, group_size):
+    """add_rmsnorm_kernel, then row n's digits in each layout (`quantize_steps`); block n of the padded rows."""
+    quantize = quantize_steps(steps, group_size)
 
     @kernel
     def add_rmsnorm_digits(h, delta, multiplier, eps, total, y, digits, exponents, sums):
@@ -281,15 +298,15 @@ def add_rmsnorm_digits_kernel(bits, words, group_size):
 
 
 @functools.cache
-def rmsnorm_gated_digits_kernel(bits, words, group_size):
-    """rmsnorm_gated_kernel, then head vector n's digits (`quantize_vector`) as its columns of its row: block n of
-    the padded rows' heads, a head's groups within it."""
-    quantize = quantize_vector(bits, words, group_size)
+def rmsnorm_gated_digits_kernel(steps, group_size):
+    """rmsnorm_gated_kernel, then head vector n's digits in each layout (`quantize_steps`) as its columns of its row:
+    block n of the padded rows' heads, a head's groups within it."""
+    quantize = quantize_steps(steps, group_size)
 
     @kernel
     def rmsnorm_gated_digits(x, z, multiplier, eps, y, digits, exponents, sums):
         n, t = cuda.blockIdx.x, cuda.threadIdx.x
-        heads = digits.shape[2] // x.shape[1]
+        heads = digits.shape[3] // x.shape[1]
         live = n < x.shape[0]
         if live:
             rmsnorm_gated_vector(x, z, multiplier, eps, y, n, t)
@@ -307,21 +324,25 @@ def as_vectors(a):
 
 def launch_norm(kernel, x, *args, stream=0, layout=None, shape=None):
     """Launch a norm over x [..., width] (one block per vector); args follow x in the kernel's order. Returns y in
-    `shape` (x's by default). With `layout`, (bits, group_size, words, rows_pad) of the GEMM that reads y next (its
-    rows y's, K y's last axis as `shape` has it), `kernel` is the factory of the norm that also writes y's digits,
-    which then ride on y (quantize.py's `quantized_for`)."""
+    `shape` (x's by default). With `layout`, (steps, group_size, rows_pad) of the GEMMs that read y next
+    (gemm_launch.py's `reader_layout`: their rows y's, K y's last axis as `shape` has it), `kernel` is the factory of
+    the norm that also writes y's digits in each layout, which then ride on y (quantize.py's `quantized_for`)."""
     width = x.shape[len(x.shape) - 1]
     y = cuda.device_array((x.size // width, width), np.float32, stream=stream)
     shape = x.shape if shape is None else shape
     if layout is None:
         kernel[y.shape[0], THREADS, stream](as_vectors(x), *args, y)
         return y.reshape(shape)
-    bits, group_size, words, rows_pad = layout
-    quantized = new_quantized(rows_pad, shape[len(shape) - 1], group_size, stream)
-    heads = shape[len(shape) - 1] // width  # vectors a row
-    kernel(bits, words, group_size)[rows_pad * heads, THREADS, stream](as_vectors(x), *args, y, *quantized)
+    steps, group_size, rows_pad = layout
+    columns = shape[len(shape) - 1]
+    digits = cuda.device_array((len(steps), LIMBS, rows_pad, columns), np.int8, stream=stream)
+    exponents = cuda.device_array((len(steps), rows_pad, columns // group_size), np.int32, stream=stream)
+    sums = cuda.device_array((len(steps), rows_pad, columns // group_size), np.int32, stream=stream)
+    kernel(steps, group_size)[rows_pad * (columns // width), THREADS, stream](as_vectors(x), *args, y, digits,
+                                                                             exponents, sums)
     y = y.reshape(shape)
-    y.gemm_digits = {(bits, group_size, words): quantized}
+    y.gemm_digits = {(bits, group_size, words): (digits[i], exponents[i], sums[i])
+                     for i, (bits, words) in enumerate(steps)}
     return y
 
 
