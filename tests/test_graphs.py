@@ -65,7 +65,7 @@ def eager(graph_model):
     return decode(twin_of(graph_model), 2, None)
 
 
-def test_replayed_rounds_equal_eager_rounds(graph_model, eager):
+def test_replayed_rounds_equal_eager_rounds(graph_model, eager, on_gpu):
     graphs = DecodeGraphs(graph_model.net)
     assert decode(graph_model, 2, graphs) == eager
     assert (graphs.recorded, graphs.replayed) == (1, 2)  # recorded once, replayed every round
@@ -75,6 +75,9 @@ def test_replayed_rounds_equal_eager_rounds(graph_model, eager):
     # Recorded side by side, stream by stream: each DeltaNet layer's conv and scan, each attention layer's
     # attention, and the keep (on the GPU, branches of the graph).
     assert recorded.graph.forks == 2 * deltanet + (len(layer_types) - deltanet) + 1
+    # the kernels a replay runs, counted as they were recorded (under the simulator, its list of launches)
+    assert graphs.kernels == recorded.graph.kernels > 2 * len(layer_types)
+    assert on_gpu or recorded.graph.kernels == len(recorded.graph.launches)
 
 
 def test_control_stale_inputs_are_caught(graph_model, eager, monkeypatch):

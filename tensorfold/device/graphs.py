@@ -129,6 +129,7 @@ class Recording:
         self.launches = []  # the simulator's record: (kernel, launch configuration, arguments)
         self.forks = 0  # sets of lanes recorded side by side (`Lanes`)
         self.waiting_kernels = 0  # launches of kernels compiled behind launch.inputs_ready
+        self.kernels = 0  # kernel launches recorded
         self.graph = None
 
     def __enter__(self):
@@ -146,7 +147,7 @@ class Recording:
         if SIMULATED:
             if error is None:
                 self.graph = Graph(self.stream, self.held, self.launches)
-                self.graph.forks = self.forks
+                self.graph.forks, self.graph.kernels = self.forks, self.kernels
             return False
         captured = _check(cu.cuStreamEndCapture(cu.CUstream(int(self.stream.handle or 0))))  # always: frees the stream
         if error is not None:
@@ -155,7 +156,7 @@ class Recording:
         overlapped = overlap_launches(captured, self.waiting_kernels) if self.waiting_kernels else 0
         executable = _check(cu.cuGraphInstantiate(captured, 0))
         self.graph = Graph(self.stream, self.held, self.launches, captured, executable)
-        self.graph.forks, self.graph.overlapped = self.forks, overlapped
+        self.graph.forks, self.graph.overlapped, self.graph.kernels = self.forks, overlapped, self.kernels
         return False
 
     def take(self, kernel, configuration, arguments, waits=False) -> bool:
@@ -163,6 +164,7 @@ class Recording:
         itself (the simulator records it instead)."""
         self.held.append(arguments)
         self.waiting_kernels += waits
+        self.kernels += 1
         if SIMULATED:
             self.launches.append((kernel, configuration, arguments))
             return True
@@ -220,6 +222,7 @@ class Graph:
     def __init__(self, stream, held, launches, captured=None, executable=None):
         self.stream, self.held, self.launches = stream, held, launches
         self.forks = 0  # sets of lanes recorded side by side
+        self.kernels = 0  # kernel launches a replay runs
         self.overlapped = 0  # edges from a kernel to a kernel made programmatic (`overlap_launches`)
         self.executable = executable
         self.done = None  # an event recorded after each replay on the GPU, which `wait` waits for

@@ -119,6 +119,7 @@ class DecodeGraphs:
         self.pool = net.lane_pool(lanes) if lanes else None  # the DeltaNet states of an engine's `lanes` lanes
         self.recordings = collections.OrderedDict()  # key -> Recorded, least recently used first
         self.recorded = self.replayed = 0  # counts, for tests and the benchmark
+        self.kernels = 0  # kernel launches of the round replayed last (its forward, and its draws if recorded with it)
         self.keeping = None  # the drafted round replayed last, whose keep `keep_round` replays
         self.feeds = {}  # key of a one-row round drawn in its replay -> the device copy of the tokens it drew
         self.fed = None  # the key of the round replayed last, when it fed its tokens (a round may follow it ahead)
@@ -169,7 +170,7 @@ class DecodeGraphs:
             recorded.draws.write(*draws)
         recorded.graph.replay()
         self.fed = base if feeding else None
-        self.replayed += 1
+        self.replayed, self.kernels = self.replayed + 1, recorded.graph.kernels
         for n, (win, features) in enumerate(zip(windows, recorded.features)):
             win.features = features
             if recorded.in_place:

@@ -101,7 +101,7 @@ def decode_rate(model, streams: int, tokens: int, warmup: int, prompt_tokens: in
     return {"streams": streams, "rows": rows, "tokens": produced, "seconds": seconds, "tok_s": produced / seconds,
             "warmup_seconds": warmup_seconds,
             "graph_rounds": {"recorded": graphs.recorded, "recorded_while_timed": graphs.recorded - recorded,
-                             "replayed": graphs.replayed} if graphs else None,
+                             "replayed": graphs.replayed, "kernels_per_round": graphs.kernels} if graphs else None,
             "ms_per_round": 1000 * seconds / rounds, "context": engine.context, "stream_bytes": engine.stream_bytes(),
             "state_bytes": state_bytes,
             "device_bytes_per_stream": None if free_before is None else (free_before - free_after) // streams}
@@ -317,8 +317,8 @@ def report(results: dict) -> list:
                      f"(copy) = {floor['ms_per_round']:.3f} ms a round ({floor['tok_s']:,.0f} tok/s for 1 stream)")
         for level in decode["levels"]:
             graphed = level.get("graph_rounds")
-            replays = (f"; {graphed['replayed']} rounds replayed from {graphed['recorded']} CUDA graph recordings"
-                       if graphed else "; CUDA graphs off")
+            replays = (f"; {graphed['replayed']} rounds replayed from {graphed['recorded']} CUDA graph recordings, "
+                       f"{graphed['kernels_per_round']:,} kernels a round" if graphed else "; CUDA graphs off")
             lines.append(f"decode round, {streams(level['streams'])}: {level['ms_per_round']:.2f} ms measured"
                          f"{replays}; "
                          f"eager launch model {level['calls_per_round']:,} backend calls x "
