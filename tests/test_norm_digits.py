@@ -1,8 +1,9 @@
 """A norm whose output an exact GEMM reads next quantizes it in its own launch (tensorfold/cuda/rmsnorm.py), and the
 GEMM then takes no quantize launch of its own. The contract's "... with digits" checks compare those kernels' digits
-with the twins'; these tests check, on a micro MLX 4-bit model, that a forward takes them (so that a model that never
-named its readers could not pass unseen) and that its logits keep the numpy backend's bits. The control: the same
-forward with no readers named takes a quantize launch before every GEMM, and the same logits."""
+with the twins'; these tests check, on micro MLX 4-bit models (one dense, one MoE whose router is 8-bit), that a
+forward takes them (so that a model that never named its readers could not pass unseen) and that its logits keep the
+numpy backend's bits. The control: the same forward with no readers named takes a quantize launch before every GEMM,
+and the same logits."""
 import collections
 import dataclasses
 
@@ -12,9 +13,9 @@ from numba import cuda
 
 import tensorfold
 from tensorfold.cuda import gemm_launch, rmsnorm
+from tensorfold.cuda.quantize import quantized_for
 from tensorfold.device.launch import CachedLaunch
 from tensorfold.model.checkpoint import Linear
-from tensorfold.cuda.quantize import quantized_for
 from tensorfold.model.qwen35 import Qwen35
 from tensorfold.model.tiny import TINY_CONFIG, TINY_MOE_CONFIG, make_tiny, random_tensors
 from tensorfold.model.writer import write_checkpoint
