@@ -163,8 +163,9 @@ class CudaBackend:
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, in_place=in_place, stream=self.stream)
 
-    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
-        return conv.causal_conv_lanes_launch(inputs, pool, lanes, weight, out, stream=self.stream)
+    def conv_scan_inputs_lanes(self, inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
+        return conv.conv_scan_inputs_lanes_launch(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps,
+                                                  q_scale, stream=self.stream)
 
     def scan_inputs(self, conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
         return deltanet.scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stream=self.stream)

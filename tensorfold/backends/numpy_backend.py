@@ -78,10 +78,11 @@ class NumpyBackend:
         rows, new_tail = conv.causal_conv(inputs, tail, weight, taps)
         return written(out, rows), written(tail if in_place else None, new_tail)
 
-    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
-        """The twin; its rows written into `out`, the lanes' new tails over their rows of `pool`."""
-        rows, pool[...] = conv.causal_conv_lanes(inputs, pool, lanes, weight)
-        return written(out, rows)
+    def conv_scan_inputs_lanes(self, inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
+        """The twins; the lanes' new tails written over their rows of `pool`."""
+        *scanned, pool[...] = conv.conv_scan_inputs_lanes(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads,
+                                                          dk, eps, q_scale)
+        return tuple(scanned)
 
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         """The twin; with `out`, its rows written there; `in_place`, the new state written over `state`."""

@@ -58,8 +58,9 @@ class Ops(Protocol):
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         """(out [rows, C], new tail [K - 1, C]): inputs [rows, C] after tail, by weight [C, K], along taps [rows, K]."""
 
-    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
-        """Each window w's one row convolved after pool[lanes[w]], into out row w, its new tail written there."""
+    # one call, so that a device backend may convolve the windows and take the scan's inputs out in one launch
+    def conv_scan_inputs_lanes(self, inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
+        """scan_inputs of each window w's one row convolved after pool[lanes[w]], its new tail written there."""
 
     def conv_tail_after(self, tail, inputs, path):
         """tail [K - 1, C] overwritten by the tail after keeping the window rows `path` of inputs [rows, C]."""

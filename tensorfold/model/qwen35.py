@@ -152,9 +152,9 @@ class Qwen35:
         The conv and the scan read each stream's own history, so they run window by window (each row's conv
         window is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's
         state), writing their rows into arrays of the whole round; everything else runs once over every row. A
-        recorded round of one-row windows of one lane pool (`inputs.lanes`) convolves and scans them all in one
-        launch each, every window from its lane's tail and state and written over them, as the in-place one-row conv
-        and scan do window by window."""
+        recorded round of one-row windows of one lane pool (`inputs.lanes`) convolves them all and takes the scan's
+        inputs out of the conv in one launch, and scans them all in one more, every window from its lane's tail and
+        state and written over them, as the in-place one-row conv and scan do window by window."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
@@ -162,19 +162,20 @@ class Qwen35:
         rows = x.shape[0]
         mixed, z, b_proj, a_proj = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
         z = z.reshape(rows, nv, dv)
-        conv, tails = ops.empty((rows, c.conv_dim)), []
+        gates = (b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk, L2NORM_EPS, 1.0 / math.sqrt(dk))
         pool = windows[0].state.pool if inputs.lanes is not None else None  # one-row windows of one lane pool
-        if pool is not None:  # every lane's tail in one launch, shifted in place
-            ops.causal_conv_lanes(mixed, pool.tails[i], inputs.lanes, w[p + "conv1d.weight"], conv)
+        if pool is not None:  # every lane's tail shifted in place, and q, k (L2-normed per head), v and the gates
+            q, k, v, decay, beta = ops.conv_scan_inputs_lanes(mixed, pool.tails[i], inputs.lanes,
+                                                              w[p + "conv1d.weight"], *gates)
             tails = [win.state.conv_tail[i] for win in windows]
         else:
+            conv, tails = ops.empty((rows, c.conv_dim)), []
             with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
                 for n, (win, (a, b)) in enumerate(zip(windows, spans)):
                     with lanes.lane(n):
                         tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
                                                      win.maps.conv_taps, out=conv[a:b], in_place=inputs.in_place)[1])
-        q, k, v, decay, beta = ops.scan_inputs(conv, b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk,
-                                               L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
+            q, k, v, decay, beta = ops.scan_inputs(conv, *gates)  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
         if pool is not None:  # every lane's state in one launch, written over it
