@@ -94,14 +94,16 @@ def test_control_no_readers_named_quantizes_before_every_gemm(folder, launched, 
 
 def test_an_moe_norm_quantizes_for_its_8_bit_router_and_4_bit_experts(moe_folder, launched):
     """The norm before a sparse block writes both layouts, so neither the router's GEMM nor the grouped gate/up
-    quantizes x; what is left: o_proj's input, and each layer's experts' h for their down projection."""
+    quantizes x; what is left: o_proj's input, and each layer's experts' h for their down projection. The first
+    layer's weighted sum is taken in the next norm's launch, the last layer's (no norm after it) in its own."""
     expected = tensorfold.load(moe_folder, backend="numpy").logits(IDS)
     model = tensorfold.load(moe_folder, backend="cuda")
     router = model.net.weights["layers.0.mlp.gate.weight"]
     assert (router.bits, model.net.experts["layers.0.mlp."].gate_up.bits) == (8, 4)
     launched.clear()
     assert model.logits(IDS).tobytes() == expected.tobytes()
-    assert launched["add_rmsnorm_digits"] == 3 and launched["quantize"] == 3
+    assert launched["add_rmsnorm_digits"] == 2 and launched["combine_add_rmsnorm_digits"] == 1
+    assert launched["combine_kernel"] == 1 and launched["quantize"] == 3
 
 
 def test_the_layouts_most_readers_read_are_written_first():

@@ -256,6 +256,15 @@ class CudaBackend:
     def moe_combine(self, routed, weights, shared, gate_logit):
         return moe.combine_launch(routed, weights, shared, gate_logit, stream=self.stream)
 
+    def moe_combine_add_rmsnorm(self, h, routed, weights, shared, gate_logit, multiplier, eps, readers=()):
+        """One launch where a row is one batch a thread of the norm's block (rmsnorm.THREADS * LOADS elements), else
+        the weighted sum, then the residual norm."""
+        if h.shape[1] > norm.THREADS * norm.LOADS:
+            return self.add_rmsnorm(h, self.moe_combine(routed, weights, shared, gate_logit), multiplier, eps, readers)
+        layout = gemm_launch.reader_layout(readers, h.shape[0], h.shape[1])
+        return moe.combine_add_rmsnorm_launch(h, routed, weights, shared, gate_logit, multiplier, eps,
+                                              stream=self.stream, layout=layout)
+
     sample = staticmethod(sampling.sample)  # one host row of logits (requests with penalties or logprobs)
 
     def sample_rows(self, logits, seeds, positions, temperature, top_k, top_p, min_p):

@@ -136,6 +136,10 @@ class NumpyBackend:
     route = staticmethod(moe.route)
     moe_combine = staticmethod(moe.combine)
 
+    @staticmethod
+    def moe_combine_add_rmsnorm(h, routed, weights, shared, gate_logit, multiplier, eps, readers=()):
+        return moe.combine_add_rmsnorm(h, routed, weights, shared, gate_logit, multiplier, eps)
+
     def routed_experts(self, x, ids, experts):
         """The grouped twin: each expert's rows through this backend's `linear` together (experts.routed_experts)."""
         return routed_experts(x, ids, experts.gate_up_views, experts.down_views, self.linear, experts.shared)

@@ -112,6 +112,10 @@ class Ops(Protocol):
     def moe_combine(self, routed, weights, shared, gate_logit):
         """[rows, hidden]: routed [rows, k, hidden] by rank + shared (None: routed's rank k) * sigmoid(gate_logit)."""
 
+    # one call, so that a device backend may take the weighted sum inside the residual add and norm's launch
+    def moe_combine_add_rmsnorm(self, h, routed, weights, shared, gate_logit, multiplier, eps, readers=()):
+        """add_rmsnorm(h, moe_combine(routed, weights, shared, gate_logit), multiplier, eps, readers)."""
+
     # --- sampling -------------------------------------------------------------------------------------------------
 
     def sample(self, logits, seed, position, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0):

@@ -157,6 +157,17 @@ def rmsnorm_vector(x, multiplier, eps, y, n, t):
 
 
 @cuda.jit(device=True)
+def held_write(batch, factors, inv, total, y, n, t):
+    """Row n of a sum held one batch a thread (batch[u]: element t + u * THREADS, factors[u] its multiplier) written to
+    total, and times inv (`block_inverse_rms` of it) to y: the end of `add_rmsnorm_vector`'s short path, which moe.py's
+    combine takes too. (Its caller calls block_inverse_rms: a kernel that reached it by two paths would not link.)"""
+    for u in range(LOADS):
+        if t + u * THREADS < y.shape[1]:
+            total[n, t + u * THREADS] = batch[u]
+            y[n, t + u * THREADS] = batch[u] * inv * factors[u]
+
+
+@cuda.jit(device=True)
 def add_rmsnorm_vector(h, delta, multiplier, eps, total, y, n, t):
     """total = h + delta, then rmsnorm_vector's work on total.
 
@@ -175,11 +186,8 @@ def add_rmsnorm_vector(h, delta, multiplier, eps, total, y, n, t):
         for u in range(LOADS):
             if t + u * THREADS < width:
                 batch[u] = batch[u] + more[u]
-                total[n, t + u * THREADS] = batch[u]
         inv = block_inverse_rms(batch_squares(batch, t, width), t, width, eps, True)
-        for u in range(LOADS):
-            if t + u * THREADS < width:
-                y[n, t + u * THREADS] = batch[u] * inv * factors[u]
+        held_write(batch, factors, inv, total, y, n, t)
     else:
         for first in range(t, width, THREADS * LOADS):
             load_batch(h, n, first, batch)

@@ -18,7 +18,7 @@ import numpy as np
 from tensorfold.cuda.attention import CHUNK as KEYS_A_PARTIAL
 from tensorfold.model.cache import DeltaNetRecord, KeepPolicy, LanePool, StreamState
 from tensorfold.model.config import ModelConfig
-from tensorfold.model.moe import sparse_block, upload_sparse_block
+from tensorfold.model.moe import sparse_block, sparse_parts, upload_sparse_block
 from tensorfold.model.projections import PROJECTIONS, stack_projections
 from tensorfold.model.rows import RoundInputs, Window
 
@@ -112,8 +112,8 @@ class Qwen35:
             h, x = ops.add_rmsnorm(h, mixer(x, windows, spans, i, inputs), w[p + "post_attention_layernorm.weight"],
                                    c.rms_norm_eps, self.readers("mlp", i))
             if i + 1 < c.num_hidden_layers:
-                h, x = ops.add_rmsnorm(h, self.mlp(x, p + "mlp."), w[f"layers.{i + 1}.input_layernorm.weight"],
-                                       c.rms_norm_eps, self.readers("mixer", i + 1))
+                h, x = self.mlp_add_rmsnorm(h, x, p + "mlp.", w[f"layers.{i + 1}.input_layernorm.weight"],
+                                            self.readers("mixer", i + 1))
             else:  # the final norm reads only the rows whose logits are wanted
                 h = ops.add(h, self.mlp(x, p + "mlp."))
             if i in taps:
@@ -133,6 +133,14 @@ class Qwen35:
     def mlp(self, x, p):
         """The layer's MLP: the SwiGLU of a dense model, the sparse block of an MoE one (moe.py)."""
         return sparse_block(self, x, p) if self.config.is_moe else self.swiglu_mlp(x, p)
+
+    def mlp_add_rmsnorm(self, h, x, p, multiplier, readers):
+        """(h + the MLP of x, its rmsnorm): ops.add_rmsnorm, or for a sparse block ops.moe_combine_add_rmsnorm, which
+        takes the block's weighted sum (its last step) in the same op."""
+        if self.config.is_moe:
+            return self.ops.moe_combine_add_rmsnorm(h, *sparse_parts(self, x, p), multiplier, self.config.rms_norm_eps,
+                                                    readers)
+        return self.ops.add_rmsnorm(h, self.swiglu_mlp(x, p), multiplier, self.config.rms_norm_eps, readers)
 
     def swiglu_mlp(self, x, p):
         """SwiGLU: down(SiLU(gate(x)) * up(x)). Gate and up stacked in one weight (the same form, as in every
