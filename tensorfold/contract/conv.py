@@ -8,6 +8,7 @@ from tensorfold.contract.controls import drop_row, next_lane, padding_read, swap
 from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_launch, conv_scan_inputs_lanes,
                                   conv_scan_inputs_lanes_kernel, conv_scan_inputs_lanes_launch, conv_tail_after,
                                   conv_tail_after_kernel, conv_tail_after_launch, lane_channel)
+from tensorfold.cuda.deltanet import row_gates, store_normed
 from tensorfold.device.grid import to_host
 from tensorfold.numerics import paths
 
@@ -139,7 +140,7 @@ CONTRACT = [
                 {"a window on the next lane's tail": next_lane("pool"),
                  "two windows' rows swapped": swap_rows("inputs"), "taps reversed": _taps_reversed,
                  "the gates of another window": swap_rows("b", "a"), "eps off by a factor of ten": times("eps", 10)},
-                kernels=(conv_scan_inputs_lanes_kernel, lane_channel)),
+                kernels=(conv_scan_inputs_lanes_kernel, lane_channel, store_normed, row_gates)),
     KernelCheck("conv_tail_after", conv_tail_after, _launch_tail_after, _tail_cases,
                 {"a dropped row": drop_row("path", row=0), "two swapped rows": swap_rows("path", a=-2, b=-1),
                  "a padding entry read as a row": padding_read("path")}, kernels=(conv_tail_after_kernel,)),

@@ -34,8 +34,8 @@ import numpy as np
 from numba import cuda
 
 from tensorfold.cuda import rmsnorm  # its THREADS read through the module when a launch is sized: tests patch it
-from tensorfold.cuda.deltanet import scan_inputs
-from tensorfold.cuda.fmath import exp32, fma32, sigmoid32, silu32, silu32_twin, softplus32
+from tensorfold.cuda.deltanet import row_gates, scan_inputs, store_normed
+from tensorfold.cuda.fmath import fma32, silu32, silu32_twin
 from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
 from tensorfold.cuda.rmsnorm import block_inverse_rms
 from tensorfold.device.grid import BLOCK, blocks_for, device_int32
@@ -141,19 +141,12 @@ def conv_scan_inputs_lanes_kernel(inputs, pool, lanes, weight, b, a, a_log, dt_b
                 squares = fma32(held[u], held[u], squares)  # in scan_inputs' order (rmsnorm.thread_squares)
         inv = block_inverse_rms(squares, t, dk, eps, False)
         for u in range(NORM_LOADS):
-            i = t + u * threads
-            if i < dk:
-                if slot < heads:
-                    q[w * heads + slot, i] = held[u] * inv * np.float32(q_scale)
-                else:
-                    k[w * heads + slot - heads, i] = held[u] * inv * np.float32(1.0)
+            if t + u * threads < dk:
+                store_normed(q, k, heads, slot, w, t + u * threads, held[u] * inv, q_scale)
     else:
         for i in range(t, v.shape[1], threads):
             v[w, i] = lane_channel(row, tail, weight, 2 * heads * dk + i)
-        for h in range(t, b.shape[1], threads):  # the gates of value head h
-            g = -exp32(a_log[h]) * softplus32(a[w, h] + dt_bias[h])
-            decay[w, h] = exp32(g)
-            beta[w, h] = sigmoid32(b[w, h])
+        row_gates(b, a, a_log, dt_bias, decay, beta, w, t, threads)
 
 
 @kernel
