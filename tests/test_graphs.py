@@ -387,15 +387,15 @@ def test_control_unpadded_drafts_record_each_length(graph_model, undrafted, monk
 
 def test_replayed_one_row_rounds_scan_every_lane_in_one_launch(graph_model, eager, monkeypatch):
     """Streams whose DeltaNet states and conv tails are views of one lane pool (an engine's lanes) replay their
-    one-row rounds with one conv (and the scan's inputs) and one scan launch a layer for all of them, and give the eager
-    rounds' bits; control: two streams' lane indices swapped (each window reads, and writes, the other's) differ."""
+    one-row rounds with one conv and one scan launch a layer for all of them, and give the eager rounds' bits;
+    control: two streams' lane indices swapped (each window reads, and writes, the other's) differ."""
     graphs = DecodeGraphs(graph_model.net, lanes=len(PROMPTS))
     counted = []
-    for name in ("conv_scan_inputs_lanes", "deltanet_scan_lanes"):
+    for name in ("causal_conv_lanes", "deltanet_scan_lanes"):
         op = getattr(graph_model.backend, name)
         monkeypatch.setattr(graph_model.backend, name, lambda *args, op=op, name=name: (counted.append(name),
                                                                                         op(*args))[1])
     assert decode(graph_model, 2, graphs, graphs.pool) == eager
-    assert set(counted) == {"conv_scan_inputs_lanes", "deltanet_scan_lanes"}
+    assert set(counted) == {"causal_conv_lanes", "deltanet_scan_lanes"}
     swapped = DecodeGraphs(graph_model.net, lanes=len(PROMPTS))
     assert decode(graph_model, 2, swapped, swapped.pool, swap_lanes=True) != eager

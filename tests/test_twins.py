@@ -402,25 +402,19 @@ def test_numpy_backends_lanes_scan_writes_each_lanes_state_in_place():
 
 
 def test_numpy_backends_lanes_conv_shifts_each_lanes_tail_in_place():
-    """The numpy backend's one-launch conv of one-row windows and the scan's inputs out of it
-    (ops.conv_scan_inputs_lanes): each window's q, k, v and gates, and its lane's new tail, written over that lane's
-    row of the pool, as the window alone gives; the other lanes' rows untouched. Control: the windows' lanes in the
-    other order give other tails."""
+    """The numpy backend's one-launch conv of one-row windows (ops.causal_conv_lanes): each window's row and its
+    lane's new tail, written over that lane's row of the pool, as the window alone gives; the other lanes' rows
+    untouched. Control: the windows' lanes in the other order give other tails."""
     from tensorfold.backends import NumpyBackend
     rng = np.random.default_rng(6)
-    heads, dk, nv = 1, 2, 2
     pool, inputs = rng.normal(size=(4, 3, 5)).astype(np.float32), rng.normal(size=(2, 5)).astype(np.float32)
     weight, lanes = rng.normal(size=(5, 4)).astype(np.float32), np.array([3, 1], np.int32)
-    gates = [rng.normal(size=(2, nv)).astype(np.float32), rng.normal(size=(2, nv)).astype(np.float32),
-             rng.normal(size=nv).astype(np.float32), rng.normal(size=nv).astype(np.float32)]
-    shifted = pool.copy()
-    scanned = NumpyBackend().conv_scan_inputs_lanes(inputs, shifted, lanes, weight, *gates, heads, dk, 1e-6, 0.5)
+    shifted, out = pool.copy(), np.empty((2, 5), np.float32)
+    NumpyBackend().causal_conv_lanes(inputs, shifted, lanes, weight, out)
     for w, lane in enumerate(lanes):
         rows, tail = conv.causal_conv(inputs[w:w + 1], pool[lane], weight)
-        alone = deltanet.scan_inputs(rows, *(g[w:w + 1] for g in gates[:2]), *gates[2:], heads, dk, 1e-6, 0.5)
-        assert all(np.array_equal(part[w:w + 1], one) for part, one in zip(scanned, alone))
-        assert np.array_equal(shifted[lane], tail)
+        assert np.array_equal(out[w:w + 1], rows) and np.array_equal(shifted[lane], tail)
     assert np.array_equal(shifted[[0, 2]], pool[[0, 2]])
     swapped = pool.copy()
-    NumpyBackend().conv_scan_inputs_lanes(inputs, swapped, lanes[::-1].copy(), weight, *gates, heads, dk, 1e-6, 0.5)
+    NumpyBackend().causal_conv_lanes(inputs, swapped, lanes[::-1].copy(), weight, np.empty_like(out))
     assert not np.array_equal(swapped, shifted)

@@ -9,13 +9,13 @@ the package does not:
 
 For the exact GEMM at a decode round's shapes (one row, one row of a wide weight, 16 rows) and a prompt chunk's (a
 chunk of K a block, and the whole of K a warp), the routed experts' grouped GEMM (a round's, and a prompt's over the
-whole of K), their grouping and the router, x's quantize, the residual norm (alone, and quantizing its output) and the
-DeltaNet scan (of a window, and of one row for each of several lanes) it prints the registers a thread takes and the
-blocks of its launch's size that fit on a multiprocessor with them and its shared memory (`blocks_a_multiprocessor`:
-where a change of registers costs a block, the warps that hide each load's latency go with it), the bytes spilled to
-local memory, and the basic block with the most multiply-adds (FFMA, or IMMA on the tensor cores): its instruction
-count and mix. Compiling also catches what the simulator does not (a shared array sized by an expression, a type numba
-cannot infer for the GPU). A change to a loop can be shaped here before it is timed; timings still decide.
+whole of K), their grouping and the router, x's quantize, the residual norm and the DeltaNet scan (of a window, and
+of one row for each of several lanes) it prints the registers a thread takes and the blocks of its launch's size that
+fit on a multiprocessor with them and its shared memory (`blocks_a_multiprocessor`: where a change of registers costs a
+block, the warps that hide each load's latency go with it), the bytes spilled to local memory, and the basic block with
+the most multiply-adds (FFMA, or IMMA on the tensor cores): its instruction count and mix. Compiling also catches what
+the simulator does not (a shared array sized by an expression, a type numba cannot infer for the GPU). A change to a
+loop can be shaped here before it is timed; timings still decide.
 """
 import collections
 import glob
@@ -145,9 +145,6 @@ def main():
                 ("quantize x, 4-bit, a round's layout", quantize.quantize_kernel(4, round_words, 64),
                  (f2, types.int8[:, :, ::1], i2, i2), quantize_threads),
                 ("residual norm", rmsnorm.add_rmsnorm_kernel, (f2, f2, f2, types.float64, f2, f2), rmsnorm.THREADS),
-                ("residual norm and x's quantize for a round's 4-bit GEMM", rmsnorm.add_rmsnorm_digits_kernel(
-                    ((4, round_words),), 64), (f2, f2, f2, types.float64, f2, f2, types.int8[:, :, :, ::1],
-                                               types.int32[:, :, ::1], types.int32[:, :, ::1]), rmsnorm.THREADS),
                 ("DeltaNet scan, dk 128", deltanet.scan_kernel(128),
                  (f4, f3, f3, f3, f2, f2, i32, i2, f3, f4, f2, f3, f3), deltanet.SCAN_THREADS),
                 ("DeltaNet scan of one row for each of several lanes, dk 128", deltanet.scan_kernel(128, lanes=True),

@@ -95,7 +95,7 @@ show([deltanet.deltanet_scan, deltanet._column_sum], deltanet.scan_kernel,
 # the launch that takes everything the scan reads out of the conv output (`scan_inputs`): its last block per row
 # copies v and computes the gates, one thread per value head. The transcendentals go through fmath, which
 # evaluates them in float64 and rounds once, the same everywhere.
-show([deltanet.scan_inputs, deltanet.deltanet_gates], [deltanet.scan_inputs_kernel, deltanet.row_gates],
+show([deltanet.scan_inputs, deltanet.deltanet_gates], deltanet.scan_inputs_kernel,
      align=[("q = l2norm", "if slot < 2 * heads"),
             ("return (q, k", "for i in range(t, v.shape[1]"),
             ("g = (-exp32_twin", "g = -exp32(a_log")])

@@ -138,21 +138,14 @@ class CudaBackend:
         return stored.launch_embed(kernels[weight.kind], self._device(as_int32(ids)), weight.in_features,
                                    *args, stream=self.stream)
 
-    # A norm whose output an exact GEMM reads next (`readers`) quantizes it for that GEMM in its own launch.
-    def rmsnorm(self, x, multiplier, eps, readers=()):
-        layout = gemm_launch.reader_layout(readers, x.shape[0], x.shape[1]) if len(x.shape) == 2 else None
-        return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream, layout=layout)
+    def rmsnorm(self, x, multiplier, eps):
+        return norm.rmsnorm_launch(x, multiplier, eps, stream=self.stream)
 
-    def add_rmsnorm(self, h, delta, multiplier, eps, readers=()):
-        layout = gemm_launch.reader_layout(readers, h.shape[0], h.shape[1])
-        return norm.add_rmsnorm_launch(h, delta, multiplier, eps, stream=self.stream, layout=layout)
+    def add_rmsnorm(self, h, delta, multiplier, eps):
+        return norm.add_rmsnorm_launch(h, delta, multiplier, eps, stream=self.stream)
 
-    def rmsnorm_gated(self, x, z, multiplier, eps, readers=()):
-        rows, heads, width = x.shape
-        layout = gemm_launch.reader_layout(readers, rows, heads * width)
-        if layout is not None and width % layout[1]:  # a group would straddle two heads' blocks
-            layout = None
-        return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream, layout=layout)
+    def rmsnorm_gated(self, x, z, multiplier, eps):
+        return norm.rmsnorm_gated_launch(x, z, multiplier, eps, stream=self.stream)
 
     def add(self, a, b):
         return elementwise.launch_elementwise(elementwise.add_kernel, a, b, stream=self.stream)
@@ -163,9 +156,8 @@ class CudaBackend:
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         return conv.causal_conv_launch(inputs, tail, weight, taps, out=out, in_place=in_place, stream=self.stream)
 
-    def conv_scan_inputs_lanes(self, inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
-        return conv.conv_scan_inputs_lanes_launch(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps,
-                                                  q_scale, stream=self.stream)
+    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
+        return conv.causal_conv_lanes_launch(inputs, pool, lanes, weight, out, stream=self.stream)
 
     def scan_inputs(self, conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
         return deltanet.scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stream=self.stream)
@@ -255,15 +247,6 @@ class CudaBackend:
 
     def moe_combine(self, routed, weights, shared, gate_logit):
         return moe.combine_launch(routed, weights, shared, gate_logit, stream=self.stream)
-
-    def moe_combine_add_rmsnorm(self, h, routed, weights, shared, gate_logit, multiplier, eps, readers=()):
-        """One launch where a row is one batch a thread of the norm's block (rmsnorm.THREADS * LOADS elements), else
-        the weighted sum, then the residual norm."""
-        if h.shape[1] > norm.THREADS * norm.LOADS:
-            return self.add_rmsnorm(h, self.moe_combine(routed, weights, shared, gate_logit), multiplier, eps, readers)
-        layout = gemm_launch.reader_layout(readers, h.shape[0], h.shape[1])
-        return moe.combine_add_rmsnorm_launch(h, routed, weights, shared, gate_logit, multiplier, eps,
-                                              stream=self.stream, layout=layout)
 
     sample = staticmethod(sampling.sample)  # one host row of logits (requests with penalties or logprobs)
 

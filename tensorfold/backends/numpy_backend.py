@@ -78,11 +78,10 @@ class NumpyBackend:
         rows, new_tail = conv.causal_conv(inputs, tail, weight, taps)
         return written(out, rows), written(tail if in_place else None, new_tail)
 
-    def conv_scan_inputs_lanes(self, inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
-        """The twins; the lanes' new tails written over their rows of `pool`."""
-        *scanned, pool[...] = conv.conv_scan_inputs_lanes(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads,
-                                                          dk, eps, q_scale)
-        return tuple(scanned)
+    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
+        """The twin; its rows written into `out`, the lanes' new tails over their rows of `pool`."""
+        rows, pool[...] = conv.causal_conv_lanes(inputs, pool, lanes, weight)
+        return written(out, rows)
 
     def deltanet_scan(self, state, q, k, v, decay, beta, depths=None, path_slots=None, out=None, in_place=False):
         """The twin; with `out`, its rows written there; `in_place`, the new state written over `state`."""
@@ -111,19 +110,9 @@ class NumpyBackend:
         no merged bit: the merge skips a chunk no row reaches)."""
         return attention.attention_partial(q, keys, values, n_keys, scale, committed, path_slots)
 
-    # the twins; `readers` tells a device backend what to quantize the output for (ops.Ops), which the twins need not
-    @staticmethod
-    def rmsnorm(x, multiplier, eps, readers=()):
-        return norm.rmsnorm(x, multiplier, eps)
-
-    @staticmethod
-    def add_rmsnorm(h, delta, multiplier, eps, readers=()):
-        return norm.add_rmsnorm(h, delta, multiplier, eps)
-
-    @staticmethod
-    def rmsnorm_gated(x, z, multiplier, eps, readers=()):
-        rows, heads, width = np.shape(x)
-        return norm.rmsnorm_gated(x, z, multiplier, eps).reshape(rows, heads * width)
+    rmsnorm = staticmethod(norm.rmsnorm)
+    add_rmsnorm = staticmethod(norm.add_rmsnorm)
+    rmsnorm_gated = staticmethod(norm.rmsnorm_gated)
     scan_inputs = staticmethod(deltanet.scan_inputs)
     rope = staticmethod(rotary.rope)
     norm_rope = staticmethod(rotary.norm_rope)
@@ -135,10 +124,6 @@ class NumpyBackend:
     sample_rows = staticmethod(sampling.sample_rows)
     route = staticmethod(moe.route)
     moe_combine = staticmethod(moe.combine)
-
-    @staticmethod
-    def moe_combine_add_rmsnorm(h, routed, weights, shared, gate_logit, multiplier, eps, readers=()):
-        return moe.combine_add_rmsnorm(h, routed, weights, shared, gate_logit, multiplier, eps)
 
     def routed_experts(self, x, ids, experts):
         """The grouped twin: each expert's rows through this backend's `linear` together (experts.routed_experts)."""

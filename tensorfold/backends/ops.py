@@ -36,16 +36,14 @@ class Ops(Protocol):
 
     # --- norms and elementwise ------------------------------------------------------------------------------------
 
-    # `readers`: the Linears that read the norm's output next. A device backend may quantize the output for their
-    # exact GEMMs in the norm's own launch (tensorfold/cuda/rmsnorm.py); the values are the same either way.
-    def rmsnorm(self, x, multiplier, eps, readers=()):
+    def rmsnorm(self, x, multiplier, eps):
         """x [..., width] RMS-normalised over its last axis and times multiplier [width]."""
 
-    def add_rmsnorm(self, h, delta, multiplier, eps, readers=()):
+    def add_rmsnorm(self, h, delta, multiplier, eps):
         """(h + delta, rmsnorm(h + delta)) for h, delta [rows, hidden]: a residual add and the norm after it."""
 
-    def rmsnorm_gated(self, x, z, multiplier, eps, readers=()):
-        """rmsnorm(x) * SiLU(z) over the last axis, for x, z [rows, nv, dv] and multiplier [dv]: [rows, nv * dv]."""
+    def rmsnorm_gated(self, x, z, multiplier, eps):
+        """rmsnorm(x) * SiLU(z) over the last axis, for x, z [rows, nv, dv] and multiplier [dv]."""
 
     def add(self, a, b):
         """a + b, elementwise, for two arrays of one shape."""
@@ -58,9 +56,8 @@ class Ops(Protocol):
     def causal_conv(self, inputs, tail, weight, taps=None, out=None, in_place=False):
         """(out [rows, C], new tail [K - 1, C]): inputs [rows, C] after tail, by weight [C, K], along taps [rows, K]."""
 
-    # one call, so that a device backend may convolve the windows and take the scan's inputs out in one launch
-    def conv_scan_inputs_lanes(self, inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
-        """scan_inputs of each window w's one row convolved after pool[lanes[w]], its new tail written there."""
+    def causal_conv_lanes(self, inputs, pool, lanes, weight, out):
+        """Each window w's one row convolved after pool[lanes[w]], into out row w, its new tail written there."""
 
     def conv_tail_after(self, tail, inputs, path):
         """tail [K - 1, C] overwritten by the tail after keeping the window rows `path` of inputs [rows, C]."""
@@ -111,10 +108,6 @@ class Ops(Protocol):
 
     def moe_combine(self, routed, weights, shared, gate_logit):
         """[rows, hidden]: routed [rows, k, hidden] by rank + shared (None: routed's rank k) * sigmoid(gate_logit)."""
-
-    # one call, so that a device backend may take the weighted sum inside the residual add and norm's launch
-    def moe_combine_add_rmsnorm(self, h, routed, weights, shared, gate_logit, multiplier, eps, readers=()):
-        """add_rmsnorm(h, moe_combine(routed, weights, shared, gate_logit), multiplier, eps, readers)."""
 
     # --- sampling -------------------------------------------------------------------------------------------------
 

@@ -1,14 +1,13 @@
-"""The checks of conv.py: the causal conv of chains and trees, of a one-row window in place, of one row for each of
-several lanes with the scan's inputs taken out of it, and the tail a kept path leaves."""
+"""The checks of conv.py: the causal conv of chains and trees, of a one-row window in place, and the tail a kept path
+leaves."""
 import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import drop_row, next_lane, padding_read, swap_rows, times
-from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_launch, conv_scan_inputs_lanes,
-                                  conv_scan_inputs_lanes_kernel, conv_scan_inputs_lanes_launch, conv_tail_after,
-                                  conv_tail_after_kernel, conv_tail_after_launch, lane_channel)
-from tensorfold.cuda.deltanet import row_gates, store_normed
+from tensorfold.contract.controls import drop_row, next_lane, padding_read, swap_rows
+from tensorfold.cuda.conv import (causal_conv, causal_conv_kernel, causal_conv_lanes, causal_conv_lanes_kernel,
+                                  causal_conv_lanes_launch, causal_conv_launch, conv_tail_after, conv_tail_after_kernel,
+                                  conv_tail_after_launch)
 from tensorfold.device.grid import to_host
 from tensorfold.numerics import paths
 
@@ -77,33 +76,22 @@ def _launch_in_place(inputs, tail, weight, taps):
 
 
 def _lanes_cases(mode, rng):
-    """One row for each of several windows, each after its lane's row of a pool of tails, and the scan's inputs out of
-    it: (lanes, the windows' lanes, heads, dk, v width, nv). In the simulator 3 windows of 5 lanes (not in lane order,
-    lanes left out), a v width that is not a multiple of the block, and a head wider than it; on GPU the 2B's DeltaNet
-    (16 heads of 128, v 2,048) at 16 of 16 lanes, the 35B-A3B's (v 4,096, nv 32) at 3 of 64."""
-    shapes = ([(5, [3, 0, 4], 2, 8, 150, 4), (2, [1], 1, 130, 7, 5)] if mode == "sim" else
-              [(16, list(range(16)), 16, 128, 2048, 16), (64, [40, 3, 63], 16, 128, 4096, 32)])
-    kernel, cases = 4, []
-    for lanes, order, heads, dk, width, nv in shapes:
-        channels, windows = 2 * heads * dk + width, len(order)
-        cases.append((f"{windows} of {lanes} lanes, {heads}x{dk}+{width}, {nv} gates", {
-            "inputs": rng.normal(size=(windows, channels)).astype(np.float32),
-            "pool": rng.normal(size=(lanes, kernel - 1, channels)).astype(np.float32),
-            "lanes": np.array(order, np.int32),
-            "weight": (rng.normal(size=(channels, kernel)) * 0.5).astype(np.float32),
-            "b": rng.normal(size=(windows, nv)).astype(np.float32),
-            "a": (rng.normal(size=(windows, nv)) * 4).astype(np.float32),
-            "a_log": rng.normal(size=nv).astype(np.float32), "dt_bias": rng.normal(size=nv).astype(np.float32),
-            "heads": heads, "dk": dk, "eps": 1e-6, "q_scale": dk ** -0.5}))
-    return cases
+    """One row for each of several windows, each after its lane's row of a pool of tails: in the simulator 3 windows
+    of 5 lanes (not in lane order, lanes left out); on GPU 16 of 16 lanes and 3 of 64, C = 6144 and 8192."""
+    shapes = [(5, [3, 0, 4], 7)] if mode == "sim" else [(16, list(range(16)), 6144), (64, [40, 3, 63], 8192)]
+    kernel = 4
+    return [(f"{len(order)} of {lanes} lanes, C = {channels}", {
+        "inputs": rng.normal(size=(len(order), channels)).astype(np.float32),
+        "pool": rng.normal(size=(lanes, kernel - 1, channels)).astype(np.float32),
+        "lanes": np.array(order, np.int32),
+        "weight": (rng.normal(size=(channels, kernel)) * 0.5).astype(np.float32)}) for lanes, order, channels in shapes]
 
 
-def _launch_lanes(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
-    pool = cuda.to_device(pool)  # the windows' tails are written over their lanes' rows
-    inputs, lanes, weight, b, a, a_log, dt_bias = (cuda.to_device(x) for x in (inputs, lanes, weight, b, a, a_log,
-                                                                              dt_bias))
-    scanned = conv_scan_inputs_lanes_launch(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale)
-    return to_host((*scanned, pool))
+def _launch_lanes(inputs, pool, lanes, weight):
+    pool = cuda.to_device(pool)
+    out = cuda.device_array(inputs.shape, np.float32)
+    causal_conv_lanes_launch(cuda.to_device(inputs), pool, cuda.to_device(lanes), cuda.to_device(weight), out)
+    return to_host((out, pool))
 
 
 def _tail_cases(mode, rng):
@@ -136,11 +124,10 @@ CONTRACT = [
     KernelCheck("causal_conv in place", causal_conv, _launch_in_place, _one_row_cases,
                 {"tail one row behind": _tail_one_row_behind, "taps reversed": _taps_reversed},
                 kernels=(causal_conv_kernel,)),
-    KernelCheck("conv_scan_inputs lanes", conv_scan_inputs_lanes, _launch_lanes, _lanes_cases,
+    KernelCheck("causal_conv lanes", causal_conv_lanes, _launch_lanes, _lanes_cases,
                 {"a window on the next lane's tail": next_lane("pool"),
-                 "two windows' rows swapped": swap_rows("inputs"), "taps reversed": _taps_reversed,
-                 "the gates of another window": swap_rows("b", "a"), "eps off by a factor of ten": times("eps", 10)},
-                kernels=(conv_scan_inputs_lanes_kernel, lane_channel, store_normed, row_gates)),
+                 "two windows' rows swapped": swap_rows("inputs"), "taps reversed": _taps_reversed},
+                kernels=(causal_conv_lanes_kernel,)),
     KernelCheck("conv_tail_after", conv_tail_after, _launch_tail_after, _tail_cases,
                 {"a dropped row": drop_row("path", row=0), "two swapped rows": swap_rows("path", a=-2, b=-1),
                  "a padding entry read as a row": padding_read("path")}, kernels=(conv_tail_after_kernel,)),

@@ -1,19 +1,15 @@
-"""The checks of moe.py: the router and the weighted sum (the routed experts between them: experts.py's checks), and
-the weighted sum taken inside the residual add and norm after it. The controls plant two rows swapped, a row's top
-expert trading logits with its neighbour, the ranks' weights swapped, and the shared expert's gate left out."""
+"""The checks of moe.py: the router and the weighted sum (the routed experts between them: experts.py's checks).
+The controls plant two rows swapped, a row's top expert trading logits with its neighbour, the ranks' weights
+swapped, and the shared expert's gate left out."""
 import numpy as np
 from numba import cuda
 
 from tensorfold.contract import KernelCheck
-from tensorfold.contract.controls import swap_rows, times
+from tensorfold.contract.controls import swap_rows
 from tensorfold.contract.experts import groups_twin
-from tensorfold.contract.quantize import as_bytes, laid_out
 from tensorfold.cuda.experts import group_in_block
-from tensorfold.cuda.gemm_launch import quantize_shape
-from tensorfold.cuda.moe import (combine, combine_add_rmsnorm, combine_add_rmsnorm_digits_kernel,
-                                 combine_add_rmsnorm_kernel, combine_add_rmsnorm_launch, combine_add_rmsnorm_row,
-                                 combine_kernel, combine_launch, combined, route, route_group_kernel,
-                                 route_group_launch, route_kernel, route_launch, route_row)
+from tensorfold.cuda.moe import (combine, combine_kernel, combine_launch, route, route_group_kernel, route_group_launch,
+                                 route_kernel, route_launch, route_row)
 from tensorfold.device.grid import to_host
 
 # (rows, experts, k): under the simulator a few rows; on the GPU Qwen3.5-35B-A3B's router (256 experts, top 8) at
@@ -73,10 +69,9 @@ def _top_experts_swapped(inputs):
     return {**inputs, "logits": logits}
 
 
-def _combine_cases(mode, rng, wide=False):
-    """(rows, k, hidden, the shared expert folded in as rank k); `wide`: under the simulator, a row wider than a norm
-    block's threads too (several elements a thread)."""
-    shapes = [(5, 2, 64, False), (3, 3, 40, True)] + [(2, 2, 320, True)] * wide if mode == "sim" else [
+def _combine_cases(mode, rng):
+    """(rows, k, hidden, the shared expert folded in as rank k)"""
+    shapes = [(5, 2, 64, False), (3, 3, 40, True)] if mode == "sim" else [
         (1, 8, 2048, False), (16, 8, 2048, False), (512, 8, 2048, False), (1, 8, 2048, True), (512, 8, 2048, True)]
     out = []
     for rows, k, hidden, folded in shapes:
@@ -91,39 +86,6 @@ def _combine_cases(mode, rng, wide=False):
 def _combine_launch(routed, weights, shared, gate_logit):
     shared = None if shared is None else cuda.to_device(shared)
     return to_host(combine_launch(cuda.to_device(routed), cuda.to_device(weights), shared, cuda.to_device(gate_logit)))
-
-
-DIGIT_GROUP = 64  # the group size of the digits the weighted sum's norm writes in its checks
-
-
-def _normed_cases(mode, rng):
-    """_combine_cases' with the residual stream h and the norm after it, without digits and with them (the layouts of
-    the next layer's GEMMs, bits each, in groups of DIGIT_GROUP: None for none) where the width takes whole groups."""
-    out = []
-    for n, (label, inputs) in enumerate(_combine_cases(mode, rng, wide=True)):
-        rows, hidden = inputs["routed"].shape[0], inputs["routed"].shape[2]
-        bits = (8, 4) if hidden % DIGIT_GROUP == 0 and (mode == "sim" or n % 2) else None
-        out.append((label + (", digits" if bits else ""), {
-            **inputs, "h": rng.normal(size=(rows, hidden)).astype(np.float32),
-            "multiplier": (1 + rng.normal(size=hidden) * 0.3).astype(np.float32), "eps": 1e-6, "bits": bits}))
-    return out
-
-
-def _normed_twin(routed, weights, shared, gate_logit, h, multiplier, eps, bits):
-    total, y = combine_add_rmsnorm(h, routed, weights, shared, gate_logit, multiplier, eps)
-    return (total, y, *(part for each in bits or () for part in laid_out(y, each, DIGIT_GROUP)))
-
-
-def _normed_launch(routed, weights, shared, gate_logit, h, multiplier, eps, bits):
-    shapes = [quantize_shape(len(h), each, DIGIT_GROUP, h.shape[1]) for each in bits or ()]
-    steps = tuple((each, words) for each, (words, _) in zip(bits or (), shapes))
-    layout = (steps, DIGIT_GROUP, shapes[0][1]) if bits else None
-    total, y = combine_add_rmsnorm_launch(
-        cuda.to_device(h), cuda.to_device(routed), cuda.to_device(weights),
-        None if shared is None else cuda.to_device(shared), cuda.to_device(gate_logit), cuda.to_device(multiplier), eps,
-        layout=layout)
-    digits = [as_bytes(*(to_host(a) for a in y.gemm_digits[each, DIGIT_GROUP, words])) for each, words in steps]
-    return (*to_host((total, y)), *(part for each in digits for part in each))
 
 
 def _shared_rows_swapped(inputs):
@@ -156,11 +118,5 @@ CONTRACT = [
                  _top_experts_swapped}, kernels=(route_group_kernel, route_row, group_in_block)),
     KernelCheck("moe_combine", combine, _combine_launch, _combine_cases,
                 {"the shared expert's gate left out": _gate_left_out, "the ranks' weights swapped": _ranks_swapped,
-                 "the shared expert's rows swapped": _shared_rows_swapped}, kernels=(combine_kernel, combined)),
-    KernelCheck("moe_combine_add_rmsnorm", _normed_twin, _normed_launch, _normed_cases,
-                {"the shared expert's gate left out": _gate_left_out, "the ranks' weights swapped": _ranks_swapped,
-                 "two rows of the residual stream swapped": swap_rows("h"), "eps off by a factor of ten":
-                 times("eps", 10)},
-                kernels=(combine_add_rmsnorm_kernel, combine_add_rmsnorm_digits_kernel, combine_add_rmsnorm_row,
-                         combined)),
+                 "the shared expert's rows swapped": _shared_rows_swapped}, kernels=(combine_kernel,)),
 ]

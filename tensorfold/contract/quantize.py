@@ -27,13 +27,12 @@ def _cases(bits):
     return cases
 
 
-def as_bytes(digits, exponents, sums):
+def _as_bytes(digits, exponents, sums):
     """The three outputs as arrays whose float32 view is exact (the contract compares float32 bytes)."""
     return digits.astype(np.float32), exponents.view(np.float32), sums.view(np.float32)
 
 
-def laid_out(x, bits, group_size, fault=None):
-    """The twin of x's quantized form [rows, K] as the GEMM of a call of x's rows reads it, as exact float32s."""
+def _twin(x, bits, group_size, fault=None):
     rows, columns = x.shape
     words, rows_pad = quantize_shape(rows, bits, group_size, columns)
     padded = np.zeros((rows_pad, columns), np.float32)
@@ -45,7 +44,7 @@ def laid_out(x, bits, group_size, fault=None):
     at = digit_position.py_func(np.arange(columns), bits, words)
     for limb in range(LIMBS):
         digits[limb][:, at] = limbs[limb].reshape(rows_pad, columns)
-    return as_bytes(digits, e, S.astype(np.int32))
+    return _as_bytes(digits, e, S.astype(np.int32))
 
 
 def _launch(x, bits, group_size, fault=None):
@@ -54,7 +53,7 @@ def _launch(x, bits, group_size, fault=None):
                                                                        rows_pad))
     if fault is not None:
         digits, exponents, sums = fault(digits, exponents, sums)
-    return as_bytes(digits, exponents, sums)
+    return _as_bytes(digits, exponents, sums)
 
 
 def _exponent_off(digits, exponents, sums):
@@ -77,7 +76,7 @@ def _plant(fault):
 
 
 CONTRACT = [
-    KernelCheck(f"quantize {bits}-bit layout", laid_out, _launch, _cases(bits),
+    KernelCheck(f"quantize {bits}-bit layout", _twin, _launch, _cases(bits),
                 {"two rows swapped": swap_rows("x"), "an exponent off by one": _plant(_exponent_off),
                  "two columns' digits swapped": _plant(_columns_swapped), "two limbs swapped": _plant(_limbs_swapped)},
                 kernels=(quantize_kernel, fixed_point, digit_position))

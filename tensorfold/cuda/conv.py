@@ -17,12 +17,8 @@ only one that reads channel c of the tail, and after its sum it moves each tail 
 so that every value is read before it is overwritten; there are no tail threads and no copy after the round.
 
 `causal_conv_lanes` runs one row for each of several windows at once (a recorded round of one-row windows, their
-tails the rows of a pool of an engine's lanes, `lanes[w]` window w's), each as a one-row window in place above, on
-its lane's tail. Its kernel does that and, in the same launch, what deltanet.py's `scan_inputs` does with the conv's
-output (`conv_scan_inputs_lanes`): a block of rmsnorm.THREADS threads per (window, slot), as `scan_inputs_kernel` has
-them, each thread convolving the channels its slot reads (`lane_channel`: a query or key head, which the block then
-L2-normalises with the conv's values in its threads' registers, in the order `scan_inputs` adds them; or v and the
-gates).
+tails the rows of a pool of an engine's lanes, `lanes[w]` window w's): thread (w, c) does what window w's channel
+c thread does in place above, on its lane's tail.
 
 `conv_tail_after` is the tail a stream has after keeping a path of the window (its last K - 1 inputs, running on
 into the old tail), written over the old tail: what a recorded keep (model/replay.py) does with the path the walk
@@ -33,11 +29,7 @@ it (n' + kept = n, with n' < n), so every value is read before it is overwritten
 import numpy as np
 from numba import cuda
 
-from tensorfold.cuda import rmsnorm  # its THREADS read through the module when a launch is sized: tests patch it
-from tensorfold.cuda.deltanet import row_gates, scan_inputs, store_normed
 from tensorfold.cuda.fmath import fma32, silu32, silu32_twin
-from tensorfold.cuda.rmsnorm import LOADS as NORM_LOADS
-from tensorfold.cuda.rmsnorm import block_inverse_rms
 from tensorfold.device.grid import BLOCK, blocks_for, device_int32
 from tensorfold.device.launch import kernel
 from tensorfold.numerics import paths
@@ -63,13 +55,6 @@ def causal_conv_lanes(inputs, pool, lanes, weight):
     for w, lane in enumerate(np.asarray(lanes)):
         out[w:w + 1], pool[lane] = causal_conv(inputs[w:w + 1], pool[lane], weight)
     return out, pool
-
-
-def conv_scan_inputs_lanes(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale):
-    """`causal_conv_lanes`, then deltanet.py's `scan_inputs` of its output: (q, k, v, decay, beta, the pool with each
-    window's new tail)."""
-    out, pool = causal_conv_lanes(inputs, pool, lanes, weight)
-    return (*scan_inputs(out, b, a, a_log, dt_bias, heads, dk, eps, q_scale), pool)
 
 
 def conv_tail_after(tail, inputs, path):
@@ -110,43 +95,20 @@ def causal_conv_kernel(inputs, tail, weight, taps, out, new_tail, in_place):
         new_tail[r - rows, c] = history_at(inputs, tail, taps[rows - 1, r - rows + 1], c)
 
 
-@cuda.jit(device=True)
-def lane_channel(row, tail, weight, c):
-    """Channel c of a one-row window `row` after its lane's `tail`: the conv's output, the tail shifted in place."""
-    kernel = weight.shape[1]
-    acc = np.float32(0)
-    for j in range(kernel):  # a one-row window's taps are history rows 0 .. K - 1
-        acc = fma32(weight[c, j], history_at(row, tail, j, c), acc)
-    for n in range(kernel - 1):  # tail row n takes history row n + 1, read before tail row n + 1 is written
-        tail[n, c] = history_at(row, tail, n + 1, c)
-    return silu32(acc)
-
-
 @kernel
-def conv_scan_inputs_lanes_kernel(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, eps, q_scale, q, k, v,
-                                  decay, beta):
-    """Block (window w, slot): slots 0 .. heads - 1 convolve and normalise window w's query heads, the next `heads`
-    its key heads, the last convolves its v and computes its gates (`scan_inputs_kernel`'s slots). Each channel is
-    one thread's, which alone shifts its tail. q and k come as [windows * heads, dk]."""
-    slots, t, threads = 2 * heads + 1, cuda.threadIdx.x, cuda.blockDim.x  # rmsnorm.THREADS threads
-    w, slot = cuda.blockIdx.x // slots, cuda.blockIdx.x % slots
-    dk = q.shape[1]
-    row, tail = inputs[w:w + 1], pool[lanes[w]]
-    if slot < 2 * heads:  # the same for the whole block: its barriers are reached by every thread or by none
-        held = cuda.local.array(NORM_LOADS, np.float32)  # the thread's channels t, t + threads, ... of the head
-        squares = np.float32(0)
-        for u in range(NORM_LOADS):
-            if t + u * threads < dk:
-                held[u] = lane_channel(row, tail, weight, slot * dk + t + u * threads)
-                squares = fma32(held[u], held[u], squares)  # in scan_inputs' order (rmsnorm.thread_squares)
-        inv = block_inverse_rms(squares, t, dk, eps, False)
-        for u in range(NORM_LOADS):
-            if t + u * threads < dk:
-                store_normed(q, k, heads, slot, w, t + u * threads, held[u] * inv, q_scale)
-    else:
-        for i in range(t, v.shape[1], threads):
-            v[w, i] = lane_channel(row, tail, weight, 2 * heads * dk + i)
-        row_gates(b, a, a_log, dt_bias, decay, beta, w, t, threads)
+def causal_conv_lanes_kernel(inputs, pool, lanes, weight, out):
+    i = cuda.grid(1)
+    channels = inputs.shape[1]
+    w, c = i // channels, i % channels
+    kernel = weight.shape[1]
+    if w < inputs.shape[0]:
+        tail, row = pool[lanes[w]], inputs[w:w + 1]  # window w: its one row, after its lane's tail
+        acc = np.float32(0)
+        for j in range(kernel):  # a one-row window's taps are history rows 0 .. K - 1
+            acc = fma32(weight[c, j], history_at(row, tail, j, c), acc)
+        out[w, c] = silu32(acc)
+        for n in range(kernel - 1):  # tail row n takes history row n + 1, read before tail row n + 1 is written
+            tail[n, c] = history_at(row, tail, n + 1, c)
 
 
 @kernel
@@ -178,20 +140,13 @@ def causal_conv_launch(inputs, tail, weight, taps=None, out=None, in_place=False
     return out, new_tail
 
 
-def conv_scan_inputs_lanes_launch(inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, dk, eps, q_scale,
-                                  stream=0):
-    """`conv_scan_inputs_lanes` on the device: (q, k) [windows, heads, dk], v [windows, C - 2 heads dk] and (decay,
-    beta) [windows, nv], new arrays; each window's new tail written over pool[lanes[w]]. One launch."""
-    windows = inputs.shape[0]
-    assert lanes.shape[0] == windows and dk <= rmsnorm.THREADS * NORM_LOADS, "one lane a window; a head a batch"
-    q = cuda.device_array((windows * heads, dk), np.float32, stream=stream)
-    k = cuda.device_array((windows * heads, dk), np.float32, stream=stream)
-    v = cuda.device_array((windows, inputs.shape[1] - 2 * heads * dk), np.float32, stream=stream)
-    decay = cuda.device_array(b.shape, np.float32, stream=stream)
-    beta = cuda.device_array(b.shape, np.float32, stream=stream)
-    conv_scan_inputs_lanes_kernel[windows * (2 * heads + 1), rmsnorm.THREADS, stream](
-        inputs, pool, lanes, weight, b, a, a_log, dt_bias, heads, eps, q_scale, q, k, v, decay, beta)
-    return q.reshape(windows, heads, dk), k.reshape(windows, heads, dk), v, decay, beta
+def causal_conv_lanes_launch(inputs, pool, lanes, weight, out, stream=0):
+    """`causal_conv_lanes` on the device: window w's row of inputs [windows, C] into out row w, its new tail written
+    over pool[lanes[w]] (lanes int32 on the device)."""
+    windows, channels = inputs.shape
+    assert lanes.shape[0] == windows, "one lane a window"
+    causal_conv_lanes_kernel[blocks_for(windows * channels), BLOCK, stream](inputs, pool, lanes, weight, out)
+    return out
 
 
 def conv_tail_after_launch(tail, inputs, path, stream=0):

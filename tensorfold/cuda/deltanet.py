@@ -183,25 +183,6 @@ ROWS_STAGED = 8  # rows per scan tile; a thread holds its share of the next tile
 ONE_ROW_DEPTHS, ONE_ROW_SLOTS = paths.depths(paths.chain(1)), paths.path_slots(paths.chain(1))
 
 
-@cuda.jit(device=True)
-def store_normed(q, k, heads, slot, r, i, value, q_scale):
-    """Element i of row r's head `slot`, L2-normalised (`value`): a query head's times q_scale into q, a key head's
-    into k (both [rows * heads, dk])."""
-    if slot < heads:
-        q[r * heads + slot, i] = value * np.float32(q_scale)
-    else:
-        k[r * heads + slot - heads, i] = value * np.float32(1.0)
-
-
-@cuda.jit(device=True)
-def row_gates(b, a, a_log, dt_bias, decay, beta, r, t, threads):
-    """Row r's gates (`deltanet_gates`), thread t computing value heads t, t + threads, ..."""
-    for h in range(t, b.shape[1], threads):
-        g = -exp32(a_log[h]) * softplus32(a[r, h] + dt_bias[h])
-        decay[r, h] = exp32(g)
-        beta[r, h] = sigmoid32(b[r, h])
-
-
 @kernel
 def scan_inputs_kernel(conv, b, a, a_log, dt_bias, heads, eps, q_scale, q, k, v, decay, beta):
     """Block (row r, slot): slots 0 .. heads - 1 normalise row r's query heads, the next `heads` its key heads,
@@ -215,12 +196,19 @@ def scan_inputs_kernel(conv, b, a, a_log, dt_bias, heads, eps, q_scale, q, k, v,
         for first in range(t, dk, threads * NORM_LOADS):
             load_window(conv, r, slot * dk, dk, first, batch)
             for u in range(NORM_LOADS):
-                if first + u * threads < dk:
-                    store_normed(q, k, heads, slot, r, first + u * threads, batch[u] * inv, q_scale)
+                i = first + u * threads
+                if i < dk:
+                    if slot < heads:
+                        q[r * heads + slot, i] = batch[u] * inv * np.float32(q_scale)
+                    else:
+                        k[r * heads + slot - heads, i] = batch[u] * inv * np.float32(1.0)
     else:
         for i in range(t, v.shape[1], threads):
             v[r, i] = conv[r, 2 * heads * dk + i]
-        row_gates(b, a, a_log, dt_bias, decay, beta, r, t, threads)
+        for h in range(t, b.shape[1], threads):  # the gates of value head h
+            g = -exp32(a_log[h]) * softplus32(a[r, h] + dt_bias[h])
+            decay[r, h] = exp32(g)
+            beta[r, h] = sigmoid32(b[r, h])
 
 
 def scan_inputs_launch(conv, b, a, a_log, dt_bias, heads, dk, eps, q_scale, stream=0):

@@ -42,7 +42,7 @@ from tensorfold.cuda.gemm import (CHUNK_COLUMNS, ROUND_CHUNKS, ROUND_ROWS, ROUND
                                   tile_products, warp_tiles, whole_bases, whole_tile)
 from tensorfold.cuda.gemm_launch import kernel_shape, launch_combine, output_blocks, row_halves_for, whole_fills
 from tensorfold.cuda.gemv import swiglu
-from tensorfold.cuda.quantize import quantized_for
+from tensorfold.cuda.quantize import launch_quantize
 from tensorfold.device.grid import flat
 from tensorfold.device.launch import kernel
 
@@ -370,12 +370,12 @@ def grouped_gemm(x, per_row, grouping, pairs, weight, experts, stream=0, gated=F
     """Each pair's row of x (row pair // per_row) times its expert's rows of the stacked affine `weight`
     ([experts * out, K]): [pairs, out], or SiLU(gate) * up [pairs, out / 2] where `gated`."""
     words = grouped_shape(pairs, experts, weight, x.shape[1])[0]
-    quantized = quantized_for(x, weight.bits, weight.group_size, words, x.shape[0], stream)
+    quantized = launch_quantize(x, weight.bits, weight.group_size, words, x.shape[0], stream)
     return grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream, gated, whole)
 
 
 def grouped_products(quantized, per_row, grouping, pairs, weight, experts, stream=0, gated=False, whole=None):
-    """The second half of `grouped_gemm`: on x's digits, exponents and S (`quantized_for`, laid out for
+    """The second half of `grouped_gemm`: on x's digits, exponents and S (`launch_quantize`, laid out for
     `grouped_shape`), the round kernel for a round's few pairs an expert and few chunks of K (as `launch_products`
     takes it); else the whole kernel where gemm_launch.py's `whole_fills` says so; else the grouped kernel a chunk of
     K a block and the combine. `whole` True takes the whole kernel, False any other."""

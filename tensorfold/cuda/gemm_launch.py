@@ -1,6 +1,6 @@
 """Launching the exact GEMM of gemm.py: which of its kernels a call takes and in what tile, the grid, the outputs.
 
-    launch_gemm(x, ...)       x's quantize (quantize.py; none where x's norm wrote its digits), then `launch_products`
+    launch_gemm(x, ...)       x's quantize (quantize.py), then `launch_products`
     launch_products(...)      a round's few rows: `round_kernel` (products and finish in one launch) where K is at
                               most ROUND_CHUNKS chunks, else the products a chunk of K a block and the combine; a
                               prompt chunk's rows: `whole_kernel` (each warp walks all of K and finishes its outputs)
@@ -16,7 +16,7 @@ from tensorfold.cuda.gemm import (CHUNK_COLUMNS, PROMPT_ROW_HALVES, PROMPT_TILES
                                   WARPS, WHOLE_BLOCKS, WIDE_OUTPUTS, WIDE_TILES, combine_kernel, gemm_kernel,
                                   round_kernel, whole_kernel)
 from tensorfold.cuda.gemv import PARTS
-from tensorfold.cuda.quantize import quantized_for, step_shape
+from tensorfold.cuda.quantize import launch_quantize, step_shape
 from tensorfold.device.grid import BLOCK, blocks_for, flat, multiprocessors
 
 
@@ -52,24 +52,6 @@ def quantize_shape(rows, bits, group_size, columns) -> tuple:
     return words, -(-rows // (8 * row_halves)) * 8 * row_halves
 
 
-READER_LAYOUTS = 2  # the most layouts a norm quantizes its output in (a router's 8-bit one beside the experts' 4-bit)
-
-
-def reader_layout(readers, rows, columns):
-    """(steps, group_size, rows_pad): the layouts in which the affine Linears `readers` read x [rows, columns]
-    (`quantize_shape`), steps the (bits, words) of each, those most of them read first (the first of equals), up to
-    READER_LAYOUTS of one group size; None where none of them reads x through the exact GEMM. (A grouped GEMM's
-    layout may differ from its Linear's; it then quantizes x itself.)"""
-    layouts = [(w.bits, w.group_size, *quantize_shape(rows, w.bits, w.group_size, columns)) for w in readers
-               if w.kind == "affine" and w.in_features == columns]
-    if not layouts:
-        return None
-    ranked = sorted(dict.fromkeys(layouts), key=lambda layout: -layouts.count(layout))  # stable: the first of equals
-    group_size, rows_pad = ranked[0][1], ranked[0][3]
-    steps = [(bits, words) for bits, size, words, _ in ranked if size == group_size]
-    return tuple(steps[:READER_LAYOUTS]), group_size, rows_pad
-
-
 def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, stream=0, parts=None, gated=False):
     """Run the GEMM over the rows of the device array x [rows, K] with an affine weight (packed, scales, biases on
     the device). Returns y [rows, out_features]; with `parts` (up to PARTS widths that add up to out_features), a
@@ -77,7 +59,7 @@ def launch_gemm(x, out_features, packed, scales, biases, bits, group_size, strea
     then as many up rows), SiLU(gate) * up [rows, out_features / 2] (`swiglu`)."""
     rows, columns = x.shape
     words, rows_pad = quantize_shape(rows, bits, group_size, columns)
-    quantized = quantized_for(x, bits, group_size, words, rows_pad, stream)
+    quantized = launch_quantize(x, bits, group_size, words, rows_pad, stream)
     return launch_products(quantized, rows, out_features, packed, scales, biases, bits, group_size, stream, parts,
                            gated)
 

@@ -17,10 +17,7 @@ a butterfly of shuffles in the total order (a warp, not a block: a decode round 
 block's reductions wait at a barrier each step); `route_group_kernel`, for a round's few rows, one block: a warp a
 row routes it, then the block groups the round's pairs by expert for the routed experts (experts.py's
 `group_in_block`), one launch where the router, the sort and the tile table take three; `combine_kernel` one thread a
-(row, hidden output). Where a norm follows the block (every layer but the last), the weighted sum is taken inside the
-residual add and norm's own launch instead (`combine_add_rmsnorm_kernel`: rmsnorm.py's block a row, each thread
-adding its elements' weighted sums to the residual stream), which saves the sum its launch and its round trip
-through memory; the same arithmetic in the same order, so the same bits.
+(row, hidden output).
 """
 import functools
 
@@ -30,9 +27,6 @@ from numba import cuda
 from tensorfold.cuda.experts import group_in_block, group_launch, new_grouping
 from tensorfold.cuda.fmath import exp32, exp32_twin, fma32, sigmoid32, sigmoid32_twin
 from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
-from tensorfold.cuda import rmsnorm  # its THREADS read through the module: tests patch it (the simulator's blocks)
-from tensorfold.cuda.rmsnorm import (LOADS, add_rmsnorm, as_vectors, batch_squares, block_inverse_rms, held_write,
-                                     launch_norm, load_batch, quantize_steps)
 from tensorfold.device.grid import BLOCK, blocks_for
 from tensorfold.device.launch import kernel
 
@@ -200,66 +194,18 @@ def sum_in_order(values, count):
     return acc
 
 
-@cuda.jit(device=True)
-def combined(routed, weights, shared, shared_rank, gate_logit, r, o):
-    """`combine`'s output o of row r, the shared expert's output read at shared[r, shared_rank] (routed and rank k
-    where it is folded in, else its own array seen as [rows, 1, hidden] and rank 0)."""
-    acc = np.float32(0)
-    for n in range(weights.shape[1]):
-        acc = fma32(weights[r, n], routed[r, n, o], acc)
-    return fma32(sigmoid32(gate_logit[r, 0]), shared[r, shared_rank, o], acc)
-
-
 @kernel
 def combine_kernel(routed, weights, shared, shared_rank, gate_logit, out):
-    """`combine`, a thread an output (`combined`)."""
+    """`combine`, the shared expert's output read at shared[r, shared_rank] (routed and rank k where it is folded
+    in, else its own array seen as [rows, 1, hidden] and rank 0)."""
     i = cuda.grid(1)
     hidden = out.shape[1]
     r, o = i // hidden, i % hidden
     if r < out.shape[0]:
-        out[r, o] = combined(routed, weights, shared, shared_rank, gate_logit, r, o)
-
-
-@cuda.jit(device=True)
-def combine_add_rmsnorm_row(h, routed, weights, shared, shared_rank, gate_logit, multiplier, eps, total, y, n, t):
-    """Row n of h + combine(...) into total and its rmsnorm into y, the row one batch a thread (rmsnorm.py's
-    add_rmsnorm_vector, its delta each element's `combined`)."""
-    batch, factors = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
-    load_batch(h, n, t, batch)
-    load_batch(multiplier, 0, t, factors)
-    width = h.shape[1]
-    for u in range(LOADS):
-        if t + u * rmsnorm.THREADS < width:
-            batch[u] = batch[u] + combined(routed, weights, shared, shared_rank, gate_logit, n, t + u * rmsnorm.THREADS)
-    inv = block_inverse_rms(batch_squares(batch, t, width), t, width, eps, True)
-    held_write(batch, factors, inv, total, y, n, t)
-
-
-@kernel
-def combine_add_rmsnorm_kernel(h, routed, weights, shared, shared_rank, gate_logit, multiplier, eps, total, y):
-    """Block n: row n of `combine_add_rmsnorm` (`combine_add_rmsnorm_row`)."""
-    combine_add_rmsnorm_row(h, routed, weights, shared, shared_rank, gate_logit, multiplier, eps, total, y,
-                            cuda.blockIdx.x, cuda.threadIdx.x)
-
-
-@functools.cache
-def combine_add_rmsnorm_digits_kernel(steps, group_size):
-    """combine_add_rmsnorm_kernel, then row n's digits in each layout (rmsnorm.py's `quantize_steps`); block n of the
-    padded rows."""
-    quantize = quantize_steps(steps, group_size)
-
-    @kernel
-    def combine_add_rmsnorm_digits(h, routed, weights, shared, shared_rank, gate_logit, multiplier, eps, total, y,
-                                   digits, exponents, sums):
-        n, t = cuda.blockIdx.x, cuda.threadIdx.x
-        live = n < h.shape[0]  # the same for the whole block
-        if live:
-            combine_add_rmsnorm_row(h, routed, weights, shared, shared_rank, gate_logit, multiplier, eps, total, y,
-                                    n, t)
-        cuda.syncthreads()  # the block's stores of y are seen by all its threads
-        quantize(y, n, live, digits, exponents, sums, n, 0)
-
-    return combine_add_rmsnorm_digits
+        acc = np.float32(0)
+        for n in range(weights.shape[1]):
+            acc = fma32(weights[r, n], routed[r, n, o], acc)
+        out[r, o] = fma32(sigmoid32(gate_logit[r, 0]), shared[r, shared_rank, o], acc)
 
 
 # --- launchers ----------------------------------------------------------------------------------------------------
@@ -292,11 +238,6 @@ def route_group_launch(logits, k, experts, shared=False, stream=0):
     return ids, weights, grouping
 
 
-def combine_add_rmsnorm(h, routed, weights, shared, gate_logit, multiplier, eps):
-    """The twin: (h + combine(routed, weights, shared, gate_logit), its rmsnorm), rmsnorm.py's add_rmsnorm."""
-    return add_rmsnorm(h, combine(routed, weights, shared, gate_logit), multiplier, eps)
-
-
 def combine_launch(routed, weights, shared, gate_logit, stream=0):
     """`combine` on the device: out [rows, hidden]. A folded shared expert is read inside routed: a view of its rank
     would be strided, and numba builds a strided view's extents on the host row by row."""
@@ -305,16 +246,3 @@ def combine_launch(routed, weights, shared, gate_logit, stream=0):
     out = cuda.device_array((rows, hidden), np.float32, stream=stream)
     combine_kernel[blocks_for(rows * hidden), BLOCK, stream](routed, weights, shared, shared_rank, gate_logit, out)
     return out
-
-
-def combine_add_rmsnorm_launch(h, routed, weights, shared, gate_logit, multiplier, eps, stream=0, layout=None):
-    """`combine_add_rmsnorm` on the device, one launch: (total, y), new arrays; `layout`: rmsnorm.py's launch_norm's
-    (y's digits for the GEMMs that read it). A row of at most rmsnorm.THREADS * LOADS elements (one batch a thread)."""
-    rows, hidden = h.shape
-    assert hidden <= rmsnorm.THREADS * LOADS, "a row one batch a thread"
-    shared, shared_rank = (routed, weights.shape[1]) if shared is None else (shared.reshape(rows, 1, hidden), 0)
-    total = cuda.device_array(h.shape, np.float32, stream=stream)
-    y = launch_norm(combine_add_rmsnorm_kernel if layout is None else combine_add_rmsnorm_digits_kernel, h, routed,
-                    weights, shared, shared_rank, gate_logit, as_vectors(multiplier), eps, as_vectors(total),
-                    stream=stream, layout=layout)
-    return total, y

@@ -5,8 +5,7 @@ balanced base-256 digits d0, d1, d2, and S = sum X.
 The twin, `quantize_x`, runs `fixed_point` on arrays. The kernel, `quantize_kernel`, writes the digits where the
 GEMM kernel's steps read them (`digit_position`: the columns in the order of the codes in a lane's words, which an
 integer sum does not mind), a block per (run of whole groups, row) and a thread per QUANTIZE_COLUMNS columns, a
-group's threads meeting by warp shuffles (`quantize_columns`). The norms whose output a GEMM reads next run the same
-device function at their end, in their own launch (rmsnorm.py), and `quantized_for` finds what they wrote.
+group's threads meeting by warp shuffles.
 """
 import functools
 import math
@@ -68,14 +67,11 @@ def digit_position(column, bits, words):
 
 
 @functools.cache
-def quantize_columns(bits, words, group_size):
-    """A device function that quantizes QUANTIZE_COLUMNS consecutive columns: `columns(x, n, live, first, inside,
-    digits, exponents, sums, row, offset)` reads columns first .. of vector x[n] (zeros where not `live`: a padding
-    row) and writes them as columns offset + first .. of `row` of the digits (laid out by `digit_position` for steps
-    of `words` words); the group's first thread writes its exponent and S. Every thread of a group, neighbouring
-    lanes of one warp, calls it together, and finds the group's largest absolute value and S by butterfly shuffles
-    (a maximum and an integer sum: exact in any order). A thread whose columns are past the vector's end (not
-    `inside`) still takes part in its warp's shuffles and writes nothing."""
+def quantize_kernel(bits, words, group_size):
+    """Block per (a run of whole groups, row) of the padded rows, thread per QUANTIZE_COLUMNS consecutive columns:
+    the group's largest absolute value and S by butterfly shuffles over its threads, neighbouring lanes of one warp
+    (a maximum and an integer sum: exact in any order), then the columns' digits (laid out by `digit_position` for
+    steps of `words` words); rows past x's last are zero."""
     group_threads = group_size // QUANTIZE_COLUMNS
     assert group_threads & (group_threads - 1) == 0 and group_threads <= 32, "a group's threads: lanes of one warp"
 
@@ -91,40 +87,26 @@ def quantize_columns(bits, words, group_size):
             step *= 2
         return value
 
-    @cuda.jit(device=True)
-    def columns(x, n, live, first, inside, digits, exponents, sums, row, offset):
-        read = live and inside
+    @kernel
+    def quantize(x, digits, exponents, sums):
+        i = cuda.threadIdx.x
+        row, first = cuda.blockIdx.y, (cuda.blockIdx.x * cuda.blockDim.x + i) * QUANTIZE_COLUMNS
+        live = row < x.shape[0]
         mine = np.float32(0)
-        if read:
+        if live:
             for k in range(first, first + QUANTIZE_COLUMNS):
-                mine = max(mine, abs(x[n, k]))
+                mine = max(mine, abs(x[row, k]))
         e = math.frexp(np.float64(group_total(mine, True)))[1]
         scale = math.ldexp(1.0, P - e)
         count = 0
         for k in range(first, first + QUANTIZE_COLUMNS):
-            X, d0, d1, d2 = fixed_point(x[n, k] if read else np.float32(0), scale)
-            if inside:
-                at = digit_position(offset + k, bits, words)
-                digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
+            X, d0, d1, d2 = fixed_point(x[row, k] if live else np.float32(0), scale)
+            at = digit_position(k, bits, words)
+            digits[0, row, at], digits[1, row, at], digits[2, row, at] = d0, d1, d2
             count += X
         total = group_total(count, False)
-        if inside and cuda.threadIdx.x % group_threads == 0:  # the group's first thread writes its exponent and S
-            exponents[row, (offset + first) // group_size], sums[row, (offset + first) // group_size] = e, total
-
-    return columns
-
-
-@functools.cache
-def quantize_kernel(bits, words, group_size):
-    """Block per (a run of whole groups, row) of the padded rows, thread per QUANTIZE_COLUMNS consecutive columns
-    (`quantize_columns`); rows past x's last are zero."""
-    columns = quantize_columns(bits, words, group_size)
-
-    @kernel
-    def quantize(x, digits, exponents, sums):
-        row = cuda.blockIdx.y
-        first = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * QUANTIZE_COLUMNS
-        columns(x, row, row < x.shape[0], first, True, digits, exponents, sums, row, 0)
+        if i % group_threads == 0:  # the group's first thread writes its exponent and S
+            exponents[row, first // group_size], sums[row, first // group_size] = e, total
 
     return quantize
 
@@ -141,13 +123,3 @@ def launch_quantize(x, bits, group_size, words, rows_pad, stream=0):
     quantize_kernel(bits, words, group_size)[(columns // QUANTIZE_COLUMNS // threads, rows_pad), threads, stream](
         x, digits, exponents, sums)
     return digits, exponents, sums
-
-
-def quantized_for(x, bits, group_size, words, rows_pad, stream=0):
-    """x's digits, exponents and S laid out for steps of `words` words, over at least rows_pad rows: the ones the
-    norm that made x wrote in its own launch (rmsnorm.py's fused norms keep them on the array, `x.gemm_digits`, so
-    they live as long as x and no other array finds them), else `launch_quantize`'s. The same values either way."""
-    ready = getattr(x, "gemm_digits", {}).get((bits, group_size, words))
-    if ready is not None and ready[0].shape[1] >= rows_pad:
-        return ready
-    return launch_quantize(x, bits, group_size, words, rows_pad, stream)

@@ -10,22 +10,16 @@ thread scales its own elements. The twins vectorise over vectors and threads and
 LOADS of its elements before it uses any (`load_batch`), so their latencies overlap: a loop that adds each value as
 it arrives waits for 16 loads in turn on a row of 2,048. In the plain and residual norms a vector of at most
 THREADS * LOADS elements is one such batch a thread, loaded once with everything else it needs and kept in
-registers until it is scaled; only a longer one is read a second time (the gated norm keeps one path: see
-`rmsnorm_gated_vector`).
-
-A norm whose output an exact GEMM reads next has a second form (`*_digits_kernel`): the same norm, then its block
-quantizes the row it wrote for that GEMM (quantize.py), so the GEMM needs no quantize launch of its own.
+registers until it is scaled; only a longer one is read a second time (the gated norm keeps one path: see its
+kernel).
 
 Centred versus plain weights: Qwen3.5 stores most norm weights centred at zero (`1 + w` multiplies) and the gated
 norm's plainly; the loader turns both into the multiplier itself, so twins and kernels only ever multiply.
 """
-import functools
-
 import numpy as np
 from numba import cuda
 
 from tensorfold.cuda.fmath import block_dot, fma32, silu32, silu32_twin, sqrt32
-from tensorfold.cuda.quantize import LIMBS, QUANTIZE_COLUMNS, quantize_columns
 from tensorfold.device.launch import kernel
 
 THREADS = 128
@@ -138,10 +132,11 @@ def block_scale(x, multiplier, n, t, inv, y):
                 y[n, first + u * THREADS] = batch[u] * inv * factors[u]
 
 
-@cuda.jit(device=True)
-def rmsnorm_vector(x, multiplier, eps, y, n, t):
+@kernel
+def rmsnorm_kernel(x, multiplier, eps, y):
     """A row of at most THREADS * LOADS elements stays in registers from the sum of squares to the scaling (see
-    add_rmsnorm_vector); a longer one is read twice."""
+    add_rmsnorm_kernel); a longer one is read twice."""
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
     width = x.shape[1]
     if width <= THREADS * LOADS:  # the same for the whole block: its barriers are reached by every thread
         batch, factors = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
@@ -156,26 +151,16 @@ def rmsnorm_vector(x, multiplier, eps, y, n, t):
         block_scale(x, multiplier, n, t, inv, y)
 
 
-@cuda.jit(device=True)
-def held_write(batch, factors, inv, total, y, n, t):
-    """Row n of a sum held one batch a thread (batch[u]: element t + u * THREADS, factors[u] its multiplier) written to
-    total, and times inv (`block_inverse_rms` of it) to y: the end of `add_rmsnorm_vector`'s short path, which moe.py's
-    combine takes too. (Its caller calls block_inverse_rms: a kernel that reached it by two paths would not link.)"""
-    for u in range(LOADS):
-        if t + u * THREADS < y.shape[1]:
-            total[n, t + u * THREADS] = batch[u]
-            y[n, t + u * THREADS] = batch[u] * inv * factors[u]
-
-
-@cuda.jit(device=True)
-def add_rmsnorm_vector(h, delta, multiplier, eps, total, y, n, t):
-    """total = h + delta, then rmsnorm_vector's work on total.
+@kernel
+def add_rmsnorm_kernel(h, delta, multiplier, eps, total, y):
+    """total = h + delta, then rmsnorm_kernel's work on total.
 
     A row of at most THREADS * LOADS elements (every Qwen3.5 up to 2B) is one batch a thread: the sums stay in
     registers from the add to the scaling, and the multiplier's loads are in flight with h's and delta's, so the
     kernel waits on memory once, not three times (writing total and reading it back twice). A longer row goes pass
     by pass through total; each thread reads back only the elements it wrote (the same t, t + THREADS, ... in every
     pass), so no barrier is needed between the add and the norm."""
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
     width = h.shape[1]
     batch, more = cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32)
     if width <= THREADS * LOADS:  # the same for the whole block: its barriers are reached by every thread
@@ -186,8 +171,11 @@ def add_rmsnorm_vector(h, delta, multiplier, eps, total, y, n, t):
         for u in range(LOADS):
             if t + u * THREADS < width:
                 batch[u] = batch[u] + more[u]
+                total[n, t + u * THREADS] = batch[u]
         inv = block_inverse_rms(batch_squares(batch, t, width), t, width, eps, True)
-        held_write(batch, factors, inv, total, y, n, t)
+        for u in range(LOADS):
+            if t + u * THREADS < width:
+                y[n, t + u * THREADS] = batch[u] * inv * factors[u]
     else:
         for first in range(t, width, THREADS * LOADS):
             load_batch(h, n, first, batch)
@@ -199,11 +187,12 @@ def add_rmsnorm_vector(h, delta, multiplier, eps, total, y, n, t):
         block_scale(total, multiplier, n, t, inv, y)
 
 
-@cuda.jit(device=True)
-def rmsnorm_gated_vector(x, z, multiplier, eps, y, n, t):
+@kernel
+def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
     """One path only, with no batch held from the sum of squares to the scaling as the other norms have: its
     SiLU is many instructions, unrolled LOADS times, and a second copy of them makes the kernel slower in a decode
     round, though faster alone."""
+    n, t = cuda.blockIdx.x, cuda.threadIdx.x
     width = x.shape[1]
     inv = block_inverse_rms(thread_squares(x, n, 0, width, t), t, width, eps, True)
     batch, factors, gates = (cuda.local.array(LOADS, np.float32), cuda.local.array(LOADS, np.float32),
@@ -217,162 +206,31 @@ def rmsnorm_gated_vector(x, z, multiplier, eps, y, n, t):
                 y[n, first + u * THREADS] = batch[u] * inv * factors[u] * silu32(gates[u])
 
 
-@kernel
-def rmsnorm_kernel(x, multiplier, eps, y):
-    rmsnorm_vector(x, multiplier, eps, y, cuda.blockIdx.x, cuda.threadIdx.x)
-
-
-@kernel
-def add_rmsnorm_kernel(h, delta, multiplier, eps, total, y):
-    add_rmsnorm_vector(h, delta, multiplier, eps, total, y, cuda.blockIdx.x, cuda.threadIdx.x)
-
-
-@kernel
-def rmsnorm_gated_kernel(x, z, multiplier, eps, y):
-    rmsnorm_gated_vector(x, z, multiplier, eps, y, cuda.blockIdx.x, cuda.threadIdx.x)
-
-
-# --- the norms that also quantize their output for the GEMM that reads it next ------------------------------------
-# Block n normalises vector n as above, then its threads quantize the vector (quantize.py's `quantize_columns`, the
-# quantize kernel's own arithmetic) from the y it just wrote: the GEMM's quantize launch is gone, and its digits are
-# the same bits. The grid covers the GEMM's padded rows; a padding row's blocks write zero digits.
-
-@functools.cache
-def quantize_vector(bits, words, group_size):
-    """A device function: vector x[n] (zeros where not `live`) quantized by the block, QUANTIZE_COLUMNS columns a
-    thread, as columns offset .. of `row` of the digits. Every thread of the block calls it together, each warp
-    running its loop as often as the others (a group's lanes meet by shuffles)."""
-    columns = quantize_columns(bits, words, group_size)
-
-    @cuda.jit(device=True)
-    def vector(x, n, live, digits, exponents, sums, row, offset):
-        width = x.shape[1]
-        for start in range(0, width, THREADS * QUANTIZE_COLUMNS):
-            first = start + cuda.threadIdx.x * QUANTIZE_COLUMNS
-            columns(x, n, live, first, first < width, digits, exponents, sums, row, offset)
-
-    return vector
-
-
-@functools.cache
-def quantize_steps(steps, group_size):
-    """A device function: `quantize_vector` in each layout of `steps`, (bits, words) pairs, one or two, into
-    digits[i], exponents[i] and sums[i] for layout i."""
-    first, last = (quantize_vector(bits, words, group_size) for bits, words in (steps[0], steps[-1]))
-    two = len(steps) == 2
-    assert len(steps) <= 2, "one layout or two"
-
-    @cuda.jit(device=True)
-    def each(x, n, live, digits, exponents, sums, row, offset):
-        first(x, n, live, digits[0], exponents[0], sums[0], row, offset)
-        if two:
-            last(x, n, live, digits[1], exponents[1], sums[1], row, offset)
-
-    return each
-
-
-@functools.cache
-def rmsnorm_digits_kernel(steps, group_size):
-    """rmsnorm_kernel, then row n's digits in each layout (`quantize_steps`); block n of the padded rows."""
-    quantize = quantize_steps(steps, group_size)
-
-    @kernel
-    def rmsnorm_digits(x, multiplier, eps, y, digits, exponents, sums):
-        n, t = cuda.blockIdx.x, cuda.threadIdx.x
-        live = n < x.shape[0]  # the same for the whole block
-        if live:
-            rmsnorm_vector(x, multiplier, eps, y, n, t)
-        cuda.syncthreads()  # the block's stores of y are seen by all its threads
-        quantize(y, n, live, digits, exponents, sums, n, 0)
-
-    return rmsnorm_digits
-
-
-@functools.cache
-def add_rmsnorm_digits_kernel(steps, group_size):
-    """add_rmsnorm_kernel, then row n's digits in each layout (`quantize_steps`); block n of the padded rows."""
-    quantize = quantize_steps(steps, group_size)
-
-    @kernel
-    def add_rmsnorm_digits(h, delta, multiplier, eps, total, y, digits, exponents, sums):
-        n, t = cuda.blockIdx.x, cuda.threadIdx.x
-        live = n < h.shape[0]
-        if live:
-            add_rmsnorm_vector(h, delta, multiplier, eps, total, y, n, t)
-        cuda.syncthreads()
-        quantize(y, n, live, digits, exponents, sums, n, 0)
-
-    return add_rmsnorm_digits
-
-
-@functools.cache
-def rmsnorm_gated_digits_kernel(steps, group_size):
-    """rmsnorm_gated_kernel, then head vector n's digits in each layout (`quantize_steps`) as its columns of its row:
-    block n of the padded rows' heads, a head's groups within it."""
-    quantize = quantize_steps(steps, group_size)
-
-    @kernel
-    def rmsnorm_gated_digits(x, z, multiplier, eps, y, digits, exponents, sums):
-        n, t = cuda.blockIdx.x, cuda.threadIdx.x
-        heads = digits.shape[3] // x.shape[1]
-        live = n < x.shape[0]
-        if live:
-            rmsnorm_gated_vector(x, z, multiplier, eps, y, n, t)
-        cuda.syncthreads()
-        quantize(y, n, live, digits, exponents, sums, n // heads, n % heads * x.shape[1])
-
-    return rmsnorm_gated_digits
-
-
 def as_vectors(a):
     """A contiguous device array [..., width] viewed as [vectors, width]."""
     width = a.shape[len(a.shape) - 1]
     return a.reshape(a.size // width, width)
 
 
-def launch_norm(kernel, x, *args, stream=0, layout=None, shape=None):
-    """Launch a norm over x [..., width] (one block per vector); args follow x in the kernel's order. Returns y in
-    `shape` (x's by default). With `layout`, (steps, group_size, rows_pad) of the GEMMs that read y next
-    (gemm_launch.py's `reader_layout`: their rows y's, K y's last axis as `shape` has it), `kernel` is the factory of
-    the norm that also writes y's digits in each layout, which then ride on y (quantize.py's `quantized_for`)."""
-    width = x.shape[len(x.shape) - 1]
-    y = cuda.device_array((x.size // width, width), np.float32, stream=stream)
-    shape = x.shape if shape is None else shape
-    if layout is None:
-        kernel[y.shape[0], THREADS, stream](as_vectors(x), *args, y)
-        return y.reshape(shape)
-    steps, group_size, rows_pad = layout
-    columns = shape[len(shape) - 1]
-    digits = cuda.device_array((len(steps), LIMBS, rows_pad, columns), np.int8, stream=stream)
-    exponents = cuda.device_array((len(steps), rows_pad, columns // group_size), np.int32, stream=stream)
-    sums = cuda.device_array((len(steps), rows_pad, columns // group_size), np.int32, stream=stream)
-    kernel(steps, group_size)[rows_pad * (columns // width), THREADS, stream](as_vectors(x), *args, y, digits,
-                                                                             exponents, sums)
-    y = y.reshape(shape)
-    y.gemm_digits = {(bits, group_size, words): (digits[i], exponents[i], sums[i])
-                     for i, (bits, words) in enumerate(steps)}
-    return y
+def launch_norm(kernel, x, *args, stream=0):
+    """Launch a norm kernel over x [..., width] (one block per vector); args follow x in the kernel's order."""
+    y = cuda.device_array((x.size // x.shape[len(x.shape) - 1], x.shape[len(x.shape) - 1]), np.float32,
+                          stream=stream)
+    kernel[y.shape[0], THREADS, stream](as_vectors(x), *args, y)
+    return y.reshape(x.shape)
 
 
-def rmsnorm_launch(x, multiplier, eps, stream=0, layout=None):
-    """rmsnorm of device x [..., width]; `layout`: launch_norm's."""
-    return launch_norm(rmsnorm_kernel if layout is None else rmsnorm_digits_kernel, x, as_vectors(multiplier), eps,
-                       stream=stream, layout=layout)
+def rmsnorm_launch(x, multiplier, eps, stream=0):
+    return launch_norm(rmsnorm_kernel, x, as_vectors(multiplier), eps, stream=stream)
 
 
-def add_rmsnorm_launch(h, delta, multiplier, eps, stream=0, layout=None):
-    """(h + delta, its rmsnorm) for device h, delta [..., width]: two new arrays, one launch; `layout`:
-    launch_norm's."""
+def add_rmsnorm_launch(h, delta, multiplier, eps, stream=0):
+    """(h + delta, its rmsnorm) for device h, delta [..., width]: two new arrays, one launch."""
     total = cuda.device_array(h.shape, np.float32, stream=stream)
-    y = launch_norm(add_rmsnorm_kernel if layout is None else add_rmsnorm_digits_kernel, h, as_vectors(delta),
-                    as_vectors(multiplier), eps, as_vectors(total), stream=stream, layout=layout)
+    y = launch_norm(add_rmsnorm_kernel, h, as_vectors(delta), as_vectors(multiplier), eps, as_vectors(total),
+                    stream=stream)
     return total, y
 
 
-def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0, layout=None):
-    """rmsnorm_gated of device x, z [rows, heads, width]: y [rows, heads * width], each row's heads side by side (the
-    output projection's input); `layout`: launch_norm's, whose groups must not cross a head."""
-    rows, heads, width = x.shape
-    assert layout is None or width % layout[1] == 0, "a head holds whole groups"
-    return launch_norm(rmsnorm_gated_kernel if layout is None else rmsnorm_gated_digits_kernel, x, as_vectors(z),
-                       as_vectors(multiplier), eps, stream=stream, layout=layout, shape=(rows, heads * width))
+def rmsnorm_gated_launch(x, z, multiplier, eps, stream=0):
+    return launch_norm(rmsnorm_gated_kernel, x, as_vectors(z), as_vectors(multiplier), eps, stream=stream)

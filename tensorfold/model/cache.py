@@ -47,7 +47,7 @@ def pending_row_bytes(config: ModelConfig) -> int:
 class LanePool:
     """The DeltaNet states and conv tails of an engine's lanes, one array a layer ([lanes, nv, dk, dv] and
     [lanes, K - 1, C]): lane n's are views of row n, so that a round of one-row windows convolves and scans every
-    lane's in one launch each (`ops.conv_scan_inputs_lanes`, `ops.deltanet_scan_lanes`)."""
+    lane's in one launch each (`ops.causal_conv_lanes`, `ops.deltanet_scan_lanes`)."""
 
     def __init__(self, config: ModelConfig, ops, lanes: int):
         c = config

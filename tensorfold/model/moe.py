@@ -81,18 +81,11 @@ def upload_sparse_block(net, prefix: str, weights: dict) -> None:
                         prefix + "experts.down_proj": rows_of(experts.down, 0, down.out_features)})
 
 
-def sparse_parts(net, x, prefix: str) -> tuple:
-    """(routed, weights, shared, gate_logit): what the block's weighted sum reads, for the rows x [rows, hidden]
-    (normed), in the order of the docstring."""
+def sparse_block(net, x, prefix: str):
+    """The block's output [rows, hidden] for the rows x [rows, hidden] (normed), in the order of the docstring."""
     ops, experts, k = net.ops, net.experts[prefix], net.config.num_experts_per_tok
     logits, gate_logit = net.project(x, prefix)
     routed, weights = ops.route_experts(x, logits, k, experts)
     # folded in, the shared expert's output is every row's rank k of routed, which the combine reads there
     shared = None if experts.shared else net.swiglu_mlp(x, prefix + "shared_expert.")
-    return routed, weights, shared, gate_logit
-
-
-def sparse_block(net, x, prefix: str):
-    """The block's output [rows, hidden] for the rows x [rows, hidden] (normed): its weighted sum of `sparse_parts`.
-    (Where a norm follows, the model takes the sum in the norm's op instead: Qwen35.mlp_add_rmsnorm.)"""
-    return net.ops.moe_combine(*sparse_parts(net, x, prefix))
+    return ops.moe_combine(routed, weights, shared, gate_logit)

@@ -18,7 +18,7 @@ import numpy as np
 from tensorfold.cuda.attention import CHUNK as KEYS_A_PARTIAL
 from tensorfold.model.cache import DeltaNetRecord, KeepPolicy, LanePool, StreamState
 from tensorfold.model.config import ModelConfig
-from tensorfold.model.moe import sparse_block, sparse_parts, upload_sparse_block
+from tensorfold.model.moe import sparse_block, upload_sparse_block
 from tensorfold.model.projections import PROJECTIONS, stack_projections
 from tensorfold.model.rows import RoundInputs, Window
 
@@ -53,20 +53,6 @@ class Qwen35:
         """The outputs of the projections of group `prefix` (e.g. "layers.3.mlp.") for the rows x, in the order of
         PROJECTIONS: one GEMV per stacked weight, which writes each projection's output as its own array."""
         return [y for weight, widths in self.projections[prefix] for y in self.ops.linear_parts(x, weight, widths)]
-
-    def readers(self, part: str, i: int = 0) -> tuple:
-        """The Linears that read the output of the norm before layer i's mixer (`part` "mixer"), its DeltaNet's
-        output projection ("out"), its MLP ("mlp") or the head ("head"): the group's stacked projections, a sparse
-        block's routed experts, the one weight. A backend may quantize that output for them in the norm's own launch
-        (ops.Ops)."""
-        if part in ("head", "out"):
-            return (self.lm_head,) if part == "head" else (self.weights[f"layers.{i}.linear_attn.out_proj.weight"],)
-        kind = self.config.layer_types[i]
-        prefix = f"layers.{i}." + ("mlp." if part == "mlp" else
-                                   "linear_attn." if kind == "linear_attention" else "self_attn.")
-        experts = self.experts.get(prefix)
-        stacks = self.projections.get(prefix, []) + self.projections.get(prefix + "shared_expert.", [])
-        return tuple(weight for weight, _ in stacks) + ((experts.gate_up,) if experts else ())
 
     def new_state(self, max_rows: int | None = None, policy: KeepPolicy = KeepPolicy(), pool: LanePool | None = None,
                   lane: int = 0) -> StreamState:
@@ -104,16 +90,16 @@ class Qwen35:
             win.state.window_rows = len(win.ids)
             win.state.reserve(len(win.ids))  # key/value rows at length + slot (no-op in a recorded round)
         h = ops.embed(inputs.ids, w["embed_tokens.weight"])
-        x = ops.rmsnorm(h, w["layers.0.input_layernorm.weight"], c.rms_norm_eps, self.readers("mixer", 0))
+        x = ops.rmsnorm(h, w["layers.0.input_layernorm.weight"], c.rms_norm_eps)
         tapped = {}
         for i, kind in enumerate(c.layer_types):  # each residual add and the norm after it: one op, add_rmsnorm
             p = f"layers.{i}."
             mixer = self.deltanet if kind == "linear_attention" else self.attention
             h, x = ops.add_rmsnorm(h, mixer(x, windows, spans, i, inputs), w[p + "post_attention_layernorm.weight"],
-                                   c.rms_norm_eps, self.readers("mlp", i))
+                                   c.rms_norm_eps)
             if i + 1 < c.num_hidden_layers:
-                h, x = self.mlp_add_rmsnorm(h, x, p + "mlp.", w[f"layers.{i + 1}.input_layernorm.weight"],
-                                            self.readers("mixer", i + 1))
+                h, x = ops.add_rmsnorm(h, self.mlp(x, p + "mlp."), w[f"layers.{i + 1}.input_layernorm.weight"],
+                                       c.rms_norm_eps)
             else:  # the final norm reads only the rows whose logits are wanted
                 h = ops.add(h, self.mlp(x, p + "mlp."))
             if i in taps:
@@ -127,20 +113,12 @@ class Qwen35:
             rows = h[wanted[0][0]:wanted[0][1]]
         else:
             rows = ops.concat_rows([h[a:b] for a, b in wanted])
-        logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps, self.readers("head")), self.lm_head)
+        logits = ops.linear(ops.rmsnorm(rows, w["norm.weight"], c.rms_norm_eps), self.lm_head)
         return logits, [int(n) for n in np.cumsum([0] + [b - a for a, b in wanted])]
 
     def mlp(self, x, p):
         """The layer's MLP: the SwiGLU of a dense model, the sparse block of an MoE one (moe.py)."""
         return sparse_block(self, x, p) if self.config.is_moe else self.swiglu_mlp(x, p)
-
-    def mlp_add_rmsnorm(self, h, x, p, multiplier, readers):
-        """(h + the MLP of x, its rmsnorm): ops.add_rmsnorm, or for a sparse block ops.moe_combine_add_rmsnorm, which
-        takes the block's weighted sum (its last step) in the same op."""
-        if self.config.is_moe:
-            return self.ops.moe_combine_add_rmsnorm(h, *sparse_parts(self, x, p), multiplier, self.config.rms_norm_eps,
-                                                    readers)
-        return self.ops.add_rmsnorm(h, self.swiglu_mlp(x, p), multiplier, self.config.rms_norm_eps, readers)
 
     def swiglu_mlp(self, x, p):
         """SwiGLU: down(SiLU(gate(x)) * up(x)). Gate and up stacked in one weight (the same form, as in every
@@ -160,9 +138,9 @@ class Qwen35:
         The conv and the scan read each stream's own history, so they run window by window (each row's conv
         window is its ancestors' inputs running on into the stream's tail, and its scan starts from its parent's
         state), writing their rows into arrays of the whole round; everything else runs once over every row. A
-        recorded round of one-row windows of one lane pool (`inputs.lanes`) convolves them all and takes the scan's
-        inputs out of the conv in one launch, and scans them all in one more, every window from its lane's tail and
-        state and written over them, as the in-place one-row conv and scan do window by window."""
+        recorded round of one-row windows of one lane pool (`inputs.lanes`) convolves and scans them all in one
+        launch each, every window from its lane's tail and state and written over them, as the in-place one-row conv
+        and scan do window by window."""
         c, ops, w = self.config, self.ops, self.weights
         p = f"layers.{i}.linear_attn."
         nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
@@ -170,20 +148,19 @@ class Qwen35:
         rows = x.shape[0]
         mixed, z, b_proj, a_proj = self.project(x, p)  # mixed [rows, C]: q | k | v, each head-major
         z = z.reshape(rows, nv, dv)
-        gates = (b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk, L2NORM_EPS, 1.0 / math.sqrt(dk))
+        conv, tails = ops.empty((rows, c.conv_dim)), []
         pool = windows[0].state.pool if inputs.lanes is not None else None  # one-row windows of one lane pool
-        if pool is not None:  # every lane's tail shifted in place, and q, k (L2-normed per head), v and the gates
-            q, k, v, decay, beta = ops.conv_scan_inputs_lanes(mixed, pool.tails[i], inputs.lanes,
-                                                              w[p + "conv1d.weight"], *gates)
+        if pool is not None:  # every lane's tail in one launch, shifted in place
+            ops.causal_conv_lanes(mixed, pool.tails[i], inputs.lanes, w[p + "conv1d.weight"], conv)
             tails = [win.state.conv_tail[i] for win in windows]
         else:
-            conv, tails = ops.empty((rows, c.conv_dim)), []
             with ops.side_by_side(len(windows)) as lanes:  # in a graph recording, each window's kernels on their own
                 for n, (win, (a, b)) in enumerate(zip(windows, spans)):
                     with lanes.lane(n):
                         tails.append(ops.causal_conv(mixed[a:b], win.state.conv_tail[i], w[p + "conv1d.weight"],
                                                      win.maps.conv_taps, out=conv[a:b], in_place=inputs.in_place)[1])
-            q, k, v, decay, beta = ops.scan_inputs(conv, *gates)  # q, k L2-normed per head
+        q, k, v, decay, beta = ops.scan_inputs(conv, b_proj, a_proj, w[p + "A_log"], w[p + "dt_bias"], nk, dk,
+                                               L2NORM_EPS, 1.0 / math.sqrt(dk))  # q, k L2-normed per head
         v = v.reshape(rows, nv, dv)
         out = ops.empty((rows, nv, dv))
         if pool is not None:  # every lane's state in one launch, written over it
@@ -204,8 +181,8 @@ class Qwen35:
                                                           maps.depths, maps.path_slots, out=out[a:b],
                                                           in_place=inputs.in_place)
                     state.records[i] = DeltaNetRecord(start, after, log, mixed[a:b], state.conv_tail[i], new_tail)
-        y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps, self.readers("out", i))
-        return ops.linear(y, w[p + "out_proj.weight"])
+        y = ops.rmsnorm_gated(out, z, w[p + "norm.weight"], c.rms_norm_eps)
+        return ops.linear(y.reshape(rows, nv * dv), w[p + "out_proj.weight"])
 
     def attention(self, x, windows, spans, i, inputs):
         """A gated full-attention layer: q/gate interleaved per head, q/k norms, partial RoPE, GQA, sigmoid gate."""
