@@ -26,11 +26,10 @@ routing the rows); `grouped_kernel` a block per (WARPS * tiles * 8 outputs, tile
 sorted pairs, chunk of K), the block reading its tile's expert and pairs from the table (`tile_pairs`), then each
 warp `gemm.tile_products` on the rows it gathers (gate/up: the pairs' rows of x; down: the pairs' rows of h) and its
 expert's weight rows; then gemm.py's `combine_kernel`, SiLU(gate) * up for gate/up, one thread a (pair, output).
-Where a round's pairs come a few an
-expert, `grouped_round_kernel` instead: a block per (tiles of outputs, row tile), a warp a chunk of K, the block
-finishing the outputs from shared memory (gemm.py's `round_tile`), no combine. Where K is one chunk, or a prompt's
-pairs fill the GPU, `grouped_whole_kernel`: a block per (WARPS tiles of outputs, row tile), each warp walking all of
-K and finishing its outputs (gemm.py's `whole_tile`), no combine.
+Where a round's pairs come a few an expert, `grouped_round_kernel` instead: a block per (tiles of outputs, row
+tile), a warp a chunk of K, the block finishing the outputs from shared memory (gemm.py's `round_tile`), no combine.
+Where K is one chunk, or a prompt's pairs fill the GPU, `grouped_whole_kernel`: a block per (WARPS tiles of outputs,
+row tile), each warp walking all of K and finishing its outputs (gemm.py's `whole_tile`), no combine.
 """
 import functools
 from typing import NamedTuple
@@ -219,7 +218,7 @@ def group_in_block(ids, per_row, shared, order, offsets, tile_rows, table, exper
         starts[place] = 1 if first else 0
     inclusive_scan(starts, t, threads)  # starts[place]: the tiles that start at or before place (and a barrier)
     if first:  # the order is written: the barrier made the block's global writes visible to it
-        end = place + 1  # the tile's last place of expert e, and one
+        end = place + 1  # one past the tile's last place of expert e
         while end < min(pairs, place + tile_rows) and sorted_experts[end] == e:
             end += 1
         write_tile(table, starts[place] - 1, e, order, place, end)
