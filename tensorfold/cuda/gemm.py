@@ -54,9 +54,9 @@ from numba import cuda
 
 from tensorfold.cuda.fmath import exact_float64, power_of_two, silu32
 from tensorfold.cuda.gemv import output_index
-from tensorfold.cuda.ptx import load_width, load_words, mma_s8u8
+from tensorfold.cuda.ptx import load_width, load_words, mma_s8u8, prefetch_l2
 from tensorfold.cuda.quantize import LIMBS, P, quantize_x, step_shape
-from tensorfold.device.launch import kernel
+from tensorfold.device.launch import kernel, kernel_waiting_inside, wait_for_inputs
 
 CHUNK_COLUMNS = 512  # columns of K a float64 partial sum covers (whole groups, whole kernel steps)
 TILE_ELEMENTS = 1 << 21  # the twin's D for a tile of outputs holds about this many values
@@ -115,7 +115,7 @@ WHOLE_BLOCKS = 4  # blocks a multiprocessor from which a warp walks the whole of
 
 
 @functools.cache
-def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early=False):
+def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early=False, waits=False):
     """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
     of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
     one chunk of K. With `ahead`, a step's scales, biases, exponents and S are loaded before its codes, so that all
@@ -124,7 +124,10 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early
     step of the chunk are loaded before the first step, so that the warp waits on memory once a chunk, not once a
     step; each step then moves the next step's codes to the front of b_words (constant places, so that they stay in
     registers where an index that varies would put them in local memory). The round kernel's one-row tiles of 4-bit
-    codes take it; the grouped round kernel's were slower with it (the registers it adds). The caller places the tile:
+    codes take it; the grouped round kernel's were slower with it (the registers it adds). With `waits`, the warp
+    waits for its inputs here (launch.wait_for_inputs), after the early codes' loads, or else after asking L2 for the
+    chunk's codes, scales and biases (`prefetch_weights`): the weights, which no kernel writes, come while the kernel
+    before finishes. The caller places the tile:
     lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8 rho); tile n holds outputs bases[n] ..
     bases[n] + 7 of the weight, whose outputs start at row `first_weight` of packed, scales and biases (an expert's,
     in a stack of experts); the partial sum of chunk c, row out_rows[rho] (none where negative) and the tile's
@@ -156,6 +159,18 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early
             return np.uint32(0)
         q = c // halves % LIMBS * row_halves + c // halves // LIMBS  # the digit row (l, rho) of a_words
         return a_words[q * lane_words + m * 2 + j]
+
+    @cuda.jit(device=True)
+    def prefetch_weights(packed, scales, biases, weight_rows, group_rows, t, first_step, end_step):
+        """Ask L2 for the lines of the chunk's codes (lane t the t-th quarter of output g's) and of its first scales
+        and biases (outputs 2t, 2t + 1), loading nothing."""
+        word = min(first_step * 4 * words + t * (CHUNK_COLUMNS * bits // 128), end_step * 4 * words - 1)
+        first_group = first_step * span // group_size
+        for n in range(tiles):
+            prefetch_l2(packed, weight_rows[n] + np.uint64(word))
+            for oo in range(2):
+                prefetch_l2(scales, group_rows[n * 2 + oo] + np.uint64(first_group))
+                prefetch_l2(biases, group_rows[n * 2 + oo] + np.uint64(first_group))
 
     @cuda.jit(device=True)
     def step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group, step_exponents,
@@ -211,6 +226,10 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early
                         for n in range(tiles):
                             load_words(packed, weight_rows[n] + np.uint64((first_step + i) * 4 * words + t * words),
                                        words, code_width, b_words, (i * tiles + n) * words)
+            elif waits:
+                prefetch_weights(packed, scales, biases, weight_rows, group_rows, t, first_step, end_step)
+            if waits:
+                wait_for_inputs()
             for s in range(first_step, end_step):
                 ends_groups = (s + 1) % steps_a_group == 0
                 first_group = s * span // group_size  # the step's first group, or the group it is inside
@@ -298,9 +317,9 @@ def lane_rows(x_rows, out_rows, rows, row_halves):
 def gemm_kernel(bits, group_size, words, row_halves, tiles):
     """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
     rows of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1, waits=True)
 
-    @kernel
+    @kernel_waiting_inside  # in `products`: a warp past the last output reads and writes nothing
     def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
              out_features):
         x_rows = cuda.local.array(row_halves, np.int64)
@@ -316,7 +335,7 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
 
 
 @functools.cache
-def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=False):
+def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=False, waits=False):
     """A round block's tile and its combine, as a device function (no partial sums through global memory, no
     combine launch): the block's `chunks` warps take the outputs of `tiles` tiles of 8 from block x * tiles * 8 on
     (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs), of the weight whose
@@ -324,8 +343,10 @@ def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=
     on x rows x_rows[rho] of its tile rows g + 8 rho; then a thread per (row of the tile, output written) finishes it
     as the combine kernel does (`finish_output`) into the y row y_rows[rho] of that tile row (none where negative),
     which warp 0's lanes (g, 0) post for the block. `early`: each warp's codes of its chunk loaded before its first
-    step (`tile_products`)."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1, early=early)
+    step (`tile_products`). `waits`: the warps wait for their inputs in `tile_products`, after starting their
+    weights' loads, and every thread before the finish."""
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1, early=early,
+                             waits=waits)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
     sum_slots = chunks * tile_rows * tile_outputs  # a name: numba takes a shared array's size as one
@@ -351,6 +372,8 @@ def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=
         products(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, chunk_sums,
                  tile_rows * tile_outputs, tile_outputs, out_features, first_weight, cuda.threadIdx.x // 32, bases,
                  slots, x_rows, slot_rows, False)
+        if waits:
+            wait_for_inputs()  # a warp past the last output waited nowhere yet
         cuda.syncthreads()
         for i in range(cuda.threadIdx.x, tile_rows * written, cuda.blockDim.x):
             r, j = i // written, i % written
@@ -368,9 +391,10 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
     takes row tile y; a padded row reads the quantize kernel's zero digits and is finished into no row of y. A tile of
     one row half of 4-bit codes loads its chunk's codes first (`early`), which measured faster there (8-bit codes
     would hold twice the registers)."""
-    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=row_halves == 1 and bits == 4)
+    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=row_halves == 1 and bits == 4,
+                      waits=True)
 
-    @kernel
+    @kernel_waiting_inside  # in `tile`
     def round_gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,
                    out_features, y, end1, end2, end3):
         x_rows = cuda.local.array(row_halves, np.int64)

@@ -11,6 +11,8 @@
   element by element, at most 8 bytes a load. `load8`: two words in one 8-byte load (`ld.global.nc.v2.u32`), the
   index a multiple of 2 (numba would read a uint32 array's words one by one).
 * `load_words`: a run of words in the widest of those loads that its length and place allow (`load_width`).
+* `prefetch_l2`: bring the 128-byte line that holds a word of a global array into the L2 cache
+  (`prefetch.global.L2`), loading nothing into registers: a later load of it waits on the cache, not on memory.
 * `shfl_xor`: the value of lane `lane ^ mask` of the warp (`shfl.sync.bfly`), which numba emits itself
   (`cuda.shfl_xor_sync`) but its simulator lacks.
 
@@ -74,6 +76,22 @@ if not SIMULATED:
 
     load16, load8 = vector_load(4), vector_load(2)
 
+    @intrinsic
+    def prefetch_l2(typingctx, array, index):
+        """Word `index` of a global array's line, into L2 (see the docstring)."""
+        sig = types.void(array, types.uint64)
+
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+            itemsize = context.get_abi_sizeof(context.get_data_type(signature.args[0].dtype))
+            address = builder.add(builder.ptrtoint(data, i64), builder.mul(args[1], ir.Constant(i64, itemsize)))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64]), "prefetch.global.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [address])
+
+        return sig, codegen
+
     @cuda.jit(device=True)
     def shfl_xor(value, mask, lanes):
         """Lane `lane ^ mask`'s value, every lane of `lanes` (a bit a lane: FULL_WARP, or a block's fewer threads)
@@ -112,6 +130,11 @@ else:
         """The simulator's form: the two words, read one by one."""
         i = int(index)
         return np.uint32(array[i]), np.uint32(array[i + 1])
+
+    @cuda.jit(device=True)
+    def prefetch_l2(array, index):
+        """The simulator's form: nothing (the simulator has no cache); the index must still be in the array."""
+        assert int(index) < len(array)
 
     @cuda.jit(device=True)
     def shfl_xor(value, mask, lanes):

@@ -15,7 +15,7 @@ from numba import cuda
 
 from tensorfold.cuda.ptx import FULL_WARP, shfl_xor
 from tensorfold.device.grid import BLOCK
-from tensorfold.device.launch import kernel
+from tensorfold.device.launch import kernel_waiting_inside, let_next_launch, wait_for_inputs
 
 P = 22  # bits of x's fixed point below its group's exponent
 LIMBS = 3  # signed base-256 digits of X
@@ -87,8 +87,10 @@ def quantize_kernel(bits, words, group_size):
             step *= 2
         return value
 
-    @kernel
+    @kernel_waiting_inside
     def quantize(x, digits, exponents, sums):
+        let_next_launch()  # the GEMM after it loads its weights meanwhile
+        wait_for_inputs()
         i = cuda.threadIdx.x
         row, first = cuda.blockIdx.y, (cuda.blockIdx.x * cuda.blockDim.x + i) * QUANTIZE_COLUMNS
         live = row < x.shape[0]

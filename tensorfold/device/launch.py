@@ -21,6 +21,11 @@ simulator records the launch instead of running it.
 With overlapped launches (graphs.OVERLAP: on a GPU of compute capability 9.0 on, unless TENSORFOLD_OVERLAP=0) every
 kernel first waits for the kernels before it (`waiting`, `inputs_ready`), so that a recorded graph may launch it before
 they have finished (graphs.py, "overlapped launches"). Off, the kernels are compiled as written.
+
+A kernel made with `kernel_waiting_inside` places that wait itself (`wait_for_inputs`): it may first load what no
+kernel writes, its weights, so that those loads are in flight while the kernel before it finishes. It must wait
+before it reads anything else and before it writes anything. A kernel that lets the kernel after it launch early
+(`let_next_launch`) shortens that kernel's wait only where the next one has such loads to do.
 """
 import ctypes
 import functools
@@ -48,10 +53,31 @@ if not SIMULATED:
                                 side_effect=True)
             builder.call(wait, ())
         return types.void(), codegen
+    @intrinsic
+    def next_may_launch(typingctx):
+        """Let the kernel after this one launch before this one has finished, once every block of this one has
+        called it (PTX `griddepcontrol.launch_dependents`, compute capability 9.0); that kernel still waits in
+        `inputs_ready` for this one's completion. Outside a graph whose edges are programmatic it does nothing."""
+        def codegen(context, builder, signature, args):
+            launch = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "griddepcontrol.launch_dependents;", "",
+                                  side_effect=True)
+            builder.call(launch, ())
+        return types.void(), codegen
 else:
     @cuda.jit(device=True)
     def inputs_ready():
         """The simulator's form: the kernel before has finished (it runs one kernel at a time)."""
+
+
+@cuda.jit(device=True)
+def no_wait():
+    """What `wait_for_inputs` and `let_next_launch` are where kernels are compiled as written: nothing."""
+
+
+if graphs.OVERLAP and not SIMULATED:
+    wait_for_inputs, let_next_launch = inputs_ready, next_may_launch
+else:
+    wait_for_inputs, let_next_launch = no_wait, no_wait
 
 
 def array_layout(array):
@@ -160,4 +186,11 @@ def kernel(function):
     if not graphs.OVERLAP:
         return CachedLaunch(cuda.jit(function), cached)
     return CachedLaunch(cuda.jit(waiting(function)), cached, waits=True, py_func=function)
+
+
+def kernel_waiting_inside(function):
+    """`kernel` for a kernel that calls `wait_for_inputs()` itself (see the module's docstring), every thread of it,
+    before it reads what another kernel writes and before it writes."""
+    cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
+    return CachedLaunch(cuda.jit(function), cached, waits=graphs.OVERLAP)
 
