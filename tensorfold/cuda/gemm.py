@@ -317,9 +317,9 @@ def lane_rows(x_rows, out_rows, rows, row_halves):
 def gemm_kernel(bits, group_size, words, row_halves, tiles):
     """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
     rows of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1, waits=True)
+    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
 
-    @kernel_waiting_inside  # in `products`: a warp past the last output reads and writes nothing
+    @kernel
     def gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, partials, rows,
              out_features):
         x_rows = cuda.local.array(row_halves, np.int64)
