@@ -80,3 +80,50 @@ def test_overlapped_edges_only_where_every_kernel_waits(monkeypatch):
         waiting[4, 256, stream](x, x, y)
         plain[4, 256, stream](y, x, z)
     assert mixed.graph.overlapped == 0
+
+
+scale_add_device = cuda.jit(device=True)(scale_add)
+
+
+def scale_add_waiting_inside(x, y, out):
+    """scale_add, with the wait placed by the kernel itself: it lets the next kernel launch, then waits."""
+    launch.let_next_launch()
+    launch.wait_for_inputs()
+    scale_add_device(x, y, out)
+
+
+def test_a_kernel_waiting_inside_computes_its_body_and_is_counted_where_the_wait_is_real():
+    """`kernel_waiting_inside` gives scale_add's bits, and a recording counts its launches as waiting ones exactly
+    where `wait_for_inputs` waits (on a GPU with the switch on). Control: where the wait is nothing (the simulator, or
+    the switch off) its launch is not counted, so no graph holding it is overlapped."""
+    inside = launch.kernel_waiting_inside(scale_add_waiting_inside)
+    real_wait = launch.wait_for_inputs is not launch.no_wait
+    assert real_wait == (graphs.OVERLAP and not launch.SIMULATED)
+    assert inside.waits is real_wait
+    rng = np.random.default_rng(1)
+    x, y = (cuda.to_device(rng.normal(size=300).astype(np.float32)) for _ in range(2))
+    out = cuda.device_array(300, np.float32)
+    inside[2, 256](x, y, out)
+    assert out.copy_to_host().tobytes() == (np.float32(2.0) * x.copy_to_host() + y.copy_to_host()).tobytes()
+    with graphs.Recording(cuda.stream()) as recording:
+        inside[2, 256, recording.stream](x, y, out)
+    assert recording.waiting_kernels == int(real_wait)
+
+
+@pytest.mark.gpu
+def test_a_chain_that_launches_the_next_early_computes_the_chains_values():
+    """On a GPU with the switch on, a recorded chain of kernels that each let the next launch at once and wait inside
+    gets its programmatic edge, and the second still reads what the first wrote: z = 2 (3 x) + x. Control: the
+    chain's edge is programmatic where the wait is real, so the next kernel did launch early (`overlapped`)."""
+    inside = launch.kernel_waiting_inside(scale_add_waiting_inside)
+    stream = cuda.stream()
+    x = cuda.to_device(np.arange(1, 1025, dtype=np.float32), stream=stream)
+    y, z = (cuda.device_array(1024, np.float32, stream=stream) for _ in range(2))
+    inside[4, 256, stream](x, x, y)  # compiled before the recording
+    with graphs.Recording(stream) as chain:
+        inside[4, 256, stream](x, x, y)  # y = 3 x
+        inside[4, 256, stream](y, x, z)  # z = 2 y + x = 7 x
+    assert chain.graph.overlapped == int(inside.waits)
+    chain.graph.replay()
+    chain.graph.wait()
+    assert np.array_equal(z.copy_to_host(), 7 * np.arange(1, 1025, dtype=np.float32))

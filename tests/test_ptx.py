@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from tensorfold.cuda.ptx import load8, load16, mma_s8u8
+from tensorfold.cuda.ptx import load8, load16, mma_s8u8, prefetch_l2
 
 
 @cuda.jit
@@ -102,3 +102,28 @@ def test_vector_load_equals_the_words(load, count):
     load_kernel(load, count)[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
     assert np.array_equal(out.copy_to_host(), np.stack([words[s:s + count] for s in starts]))
     assert not np.array_equal(out.copy_to_host()[1], words[count + 1:2 * count + 1]), "control: the next words differ"
+
+
+@cuda.jit
+def prefetch_then_load_kernel(words, starts, out):
+    i = cuda.grid(1)
+    if i < starts.shape[0]:
+        prefetch_l2(words, np.uint64(starts[i]))
+        out[i] = words[starts[i]]
+
+
+def test_prefetch_changes_no_value(on_gpu):
+    """A line asked of L2 and then loaded gives the words as they are (on the GPU the prefetch is real); in the
+    simulator, whose prefetch does nothing else, an index past the array fails, as the GPU's would ask for a line of
+    other memory. Controls: the next words differ, so a load from the wrong place would show; the last word's index
+    (63) passes."""
+    words = np.arange(7, 71, dtype=np.uint32) * np.uint32(2654435761)
+    starts = np.array([0, 5, 32, 63], np.int64)
+    out = cuda.to_device(np.zeros(4, np.uint32))
+    prefetch_then_load_kernel[1, 32](cuda.to_device(words), cuda.to_device(starts), out)
+    assert np.array_equal(out.copy_to_host(), words[starts])
+    assert not np.array_equal(out.copy_to_host()[:3], words[starts[:3] + 1]), "control: the next words differ"
+    if not on_gpu:
+        with pytest.raises(AssertionError):
+            prefetch_then_load_kernel[1, 32](cuda.to_device(words), cuda.to_device(np.array([64])),
+                                             cuda.to_device(np.zeros(1, np.uint32)))

@@ -390,7 +390,8 @@ def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
     """The GEMM and its combine in one launch, for a round's few rows (`round_tile`): block (x, y) of `chunks` warps
     takes row tile y; a padded row reads the quantize kernel's zero digits and is finished into no row of y. A tile of
     one row half of 4-bit codes loads its chunk's codes first (`early`), which measured faster there (8-bit codes
-    would hold twice the registers)."""
+    would hold twice the registers). Its weights' loads start before it waits for x's quantize (`waits`), which lets
+    it launch at once."""
     tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=row_halves == 1 and bits == 4,
                       waits=True)
 

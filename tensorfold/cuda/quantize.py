@@ -5,7 +5,8 @@ balanced base-256 digits d0, d1, d2, and S = sum X.
 The twin, `quantize_x`, runs `fixed_point` on arrays. The kernel, `quantize_kernel`, writes the digits where the
 GEMM kernel's steps read them (`digit_position`: the columns in the order of the codes in a lane's words, which an
 integer sum does not mind), a block per (run of whole groups, row) and a thread per QUANTIZE_COLUMNS columns, a
-group's threads meeting by warp shuffles.
+group's threads meeting by warp shuffles. It lets the GEMM after it launch at once (launch.let_next_launch), so that
+a round's GEMM loads its weights while x is quantized (gemm.py's `round_kernel`).
 """
 import functools
 import math

@@ -36,8 +36,10 @@ launches the next (its grid is set up, its blocks placed and started). `overlap_
 to a kernel of a captured graph *programmatic* (CUDA's programmatic dependent launch): the next kernel is launched as
 the blocks of the one before exit, and each of its threads waits in its first instruction (launch.inputs_ready, PTX
 `griddepcontrol.wait`) until that kernel has completed and its writes are visible. The launch overlaps the completion;
-no kernel's work overlaps another's, so the bits are the chain's. Only kernels compiled behind that wait (launch.py,
-with the switch on) may start early, so a graph that holds any other kernel keeps its plain edges.
+no kernel reads or writes what another writes while that one runs, so the bits are the chain's. (A round's GEMM
+launches while x's quantize runs and loads its weights, which no kernel writes, before it waits: launch.py.) Only
+kernels compiled behind that wait (launch.py, with the switch on) may start early, so a graph that holds any other
+kernel keeps its plain edges.
 """
 import contextlib
 import os

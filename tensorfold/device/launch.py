@@ -23,9 +23,10 @@ kernel first waits for the kernels before it (`waiting`, `inputs_ready`), so tha
 they have finished (graphs.py, "overlapped launches"). Off, the kernels are compiled as written.
 
 A kernel made with `kernel_waiting_inside` places that wait itself (`wait_for_inputs`): it may first load what no
-kernel writes, its weights, so that those loads are in flight while the kernel before it finishes. It must wait
-before it reads anything else and before it writes anything. A kernel that lets the kernel after it launch early
-(`let_next_launch`) shortens that kernel's wait only where the next one has such loads to do.
+kernel writes, its weights, so that those loads are in flight while the kernel before it finishes; every thread
+waits before it reads anything else and before it writes. A kernel that calls `let_next_launch` lets the next one
+launch while it runs, which gains only where that one has such loads to do (x's quantize, before a round's GEMM):
+blocks that only wait would hold multiprocessors the running kernel needs. Off, both are nothing.
 """
 import ctypes
 import functools
@@ -53,6 +54,7 @@ if not SIMULATED:
                                 side_effect=True)
             builder.call(wait, ())
         return types.void(), codegen
+
     @intrinsic
     def next_may_launch(typingctx):
         """Let the kernel after this one launch before this one has finished, once every block of this one has
@@ -192,5 +194,5 @@ def kernel_waiting_inside(function):
     """`kernel` for a kernel that calls `wait_for_inputs()` itself (see the module's docstring), every thread of it,
     before it reads what another kernel writes and before it writes."""
     cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
-    return CachedLaunch(cuda.jit(function), cached, waits=graphs.OVERLAP)
+    return CachedLaunch(cuda.jit(function), cached, waits=wait_for_inputs is not no_wait)
 
