@@ -1,14 +1,14 @@
 """GEMM over rows of x with MLX affine 4- and 8-bit weights, in exact integers: y[r, o] = sum_k W[o, k] * x[r, k].
 
-The arithmetic. An affine weight is w[o, k] = s[o, g] * q[o, k] + b[o, g], with q a 4- or 8-bit code and one scale
-s and bias b per group g of `group_size` columns. x is made integer per row and group, from the row's own values:
+The arithmetic. An affine weight is w[o, k] = s[o, g] * q[o, k] + b[o, g], with q a 4- or 8-bit code and one scale s and
+bias b per group g of `group_size` columns. x is made integer per row and group, from the row's own values:
 
     e[r, g] = the frexp exponent of max_{k in g} |x[r, k]|     (a group of zeros: X = 0 whatever e is)
     X[r, k] = floor(x[r, k] * 2^(P - e) + 0.5)                 in float64, exact; |X| <= 2^P, P = 22
     X = d0 + 256 d1 + 65536 d2,  d0, d1, d2 in [-128, 127]      (balanced base 256: three signed bytes)
 
-P = 22 is the largest that three signed digits hold: X can round up to 2^P, and 127 * (1 + 256 + 65536) < 2^23.
-Then, per group, in exact integers and then in float64 in an order fixed by K alone:
+P = 22 is the largest that three signed digits hold: X can round up to 2^P, and 127 * (1 + 256 + 65536) < 2^23. Then,
+per group, in exact integers and then in float64 in an order fixed by K alone:
 
     D_l[r, o, g] = sum_{k in g} q[o, k] * d_l[r, k]              int32, exact in any order (the tensor cores)
     D = D0 + 256 D1 + 65536 D2,  S[r, g] = sum_{k in g} X[r, k]   exact (below 2^53)
@@ -17,36 +17,35 @@ Then, per group, in exact integers and then in float64 in an order fixed by K al
     acc += partial_c                   for c = 0, 1, 2, ...  (chunks of CHUNK_COLUMNS columns)  float64
     y[r, o] = float32(acc)
 
-The order is fixed by K alone; the chunks let the kernel split K across warps (each chunk's partial sum is computed
-on its own, and the partial sums are added in chunk order afterwards). Every product is exact, so the multiply-add
-fusion NVVM applies cannot change a bit, and a row's result depends on that row alone: a prompt's rows equal
-one-row steps. The only approximation is X's rounding, at most 2^-(P+1) of the group's largest |x| an element.
+The order is fixed by K alone; the chunks let the kernel split K across warps (each chunk's partial sum is computed on
+its own, and the partial sums are added in chunk order afterwards). Every product is exact, so the multiply-add fusion
+NVVM applies cannot change a bit, and a row's result depends on that row alone: a prompt's rows equal one-row steps. The
+only approximation is X's rounding, at most 2^-(P+1) of the group's largest |x| an element.
 
-The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued float64 arrays (exact: every partial
-sum stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the chunks and their groups.
+The twin, `gemm_affine`, forms D with BLAS matrix products on integer-valued float64 arrays (exact: every partial sum
+stays below 2^53, whatever order BLAS takes), then runs the fixed-order loop over the chunks and their groups.
 
-The kernels: quantize.py's `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, which the twin
-runs); `tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight
-rows its caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
+The kernels: quantize.py's `quantize_kernel` writes x's digits, exponents and S (`fixed_point`, which the twin runs);
+`tile_products`, a warp's work as a device function, multiplies with `mma_s8u8` (ptx.py) on rows and weight rows its
+caller places (`gemm_kernel`: consecutive rows; experts.py's grouped kernel: an expert's rows, gathered);
 `combine_kernel` finishes. The combination builds D, S and 2^(e - P) from their bits (fmath's `exact_float64` and
-`power_of_two`): no conversion instruction, no branch, the same values. A warp's tile is 8 outputs (the mma's
-columns) by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows g +
-8 * rho, and gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in the
-lane. The mma's 16 A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu
-+ xi. A step is one load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers, `w &
-0x0F0F0F0F` and `(w >> 4) & 0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order
-(quantize.py's `digit_position`: an integer sum does not care which column comes first, only that A and B agree).
-When a step's columns cover several groups, lane t holds group t * halves / 4, and each group's digits go in an A
-row of their own (zero in the other lanes). A round's rows (up to 16) take 16-byte loads and read the weights once
-whatever their count; a prompt chunk takes steps of one group where the group is that wide (8-byte loads of 4-bit
-codes, 16-byte of digits; no mma carries a zero A row) and several tiles of rows a warp, reusing each B register. A
-block works on one chunk of K (the grid's third axis) and writes its float64 partial sums; the combine adds them in
-chunk order and writes the float32 outputs: SiLU(gate) * up for the gated form (gate rows, then up rows), each part
-whole for stacked projections (`output_index`). Most of a round's calls take `round_kernel` instead: a warp a chunk
-of one tile of outputs, the partial sums in the block's shared memory, and the same finish in the block. A prompt
-chunk's calls, whose rows fill the GPU without splitting K, take `whole_kernel`: each warp walks every chunk of K,
-adds each chunk's partial sums to its sums in shared memory in chunk order, and finishes its own outputs.
-"""
+`power_of_two`): no conversion instruction, no branch, the same values. A warp's tile is 8 outputs (the mma's columns)
+by the rows of 8 * `row_halves` rows: lane (g, t) feeds the weights of output g and the digits of rows g + 8 * rho, and
+gets back outputs 2t and 2t + 1 of every row and digit it fed, so the combination above stays in the lane. The mma's 16
+A rows carry (row, digit, group) combinations: tile row g + 8 * xi of mma mu is combination 2 mu + xi. A step is one
+load of `words` words of codes a lane; a word of eight 4-bit codes is two B registers, `w & 0x0F0F0F0F` and `(w >> 4) &
+0x0F0F0F0F`, the columns in even/odd order; x's digits are laid out in that same order (quantize.py's `digit_position`:
+an integer sum does not care which column comes first, only that A and B agree). When a step's columns cover several
+groups, lane t holds group t * halves / 4, and each group's digits go in an A row of their own (zero in the other
+lanes). A round's rows (up to 16) take 16-byte loads and read the weights once whatever their count; a prompt chunk
+takes steps of one group where the group is that wide (8-byte loads of 4-bit codes, 16-byte of digits; no mma carries a
+zero A row) and several tiles of rows a warp, reusing each B register. A block works on one chunk of K (the grid's third
+axis) and writes its float64 partial sums; the combine adds them in chunk order and writes the float32 outputs:
+SiLU(gate) * up for the gated form (gate rows, then up rows), each part whole for stacked projections (`output_index`).
+Most of a round's calls take `round_kernel` instead: a warp a chunk of one tile of outputs, the partial sums in the
+block's shared memory, the same finish in the block. A prompt chunk's calls, whose rows fill the GPU without splitting
+K, take `whole_kernel`: each warp walks every chunk of K, adds their partial sums to its sums in shared memory in chunk
+order, and finishes its own outputs."""
 import functools
 
 import numpy as np
@@ -116,24 +115,21 @@ WHOLE_BLOCKS = 4  # blocks a multiprocessor from which a warp walks the whole of
 
 @functools.cache
 def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early=False, waits=False):
-    """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words
-    of codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of
-    one chunk of K. With `ahead`, a step's scales, biases, exponents and S are loaded before its codes, so that all
-    its loads are in flight together (a round's tile of one row half has the registers to spare; with more, or in
-    the whole kernel, the registers they hold cost the kernel more than their wait). With `early`, the codes of every
-    step of the chunk are loaded before the first step, so that the warp waits on memory once a chunk, not once a
-    step; each step then moves the next step's codes to the front of b_words (constant places, so that they stay in
-    registers where an index that varies would put them in local memory). The round kernel's one-row tiles of 4-bit
-    codes take it; the grouped round kernel's were slower with it (the registers it adds). With `waits`, the warp
-    waits for its inputs here (launch.wait_for_inputs), after the early codes' loads, or else after asking L2 for the
-    chunk's codes, scales and biases (`prefetch_weights`): the weights, which no kernel writes, come while the kernel
-    before finishes. The caller places the tile:
-    lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8 rho); tile n holds outputs bases[n] ..
-    bases[n] + 7 of the weight, whose outputs start at row `first_weight` of packed, scales and biases (an expert's,
-    in a stack of experts); the partial sum of chunk c, row out_rows[rho] (none where negative) and the tile's
-    output j goes to partials[c * chunk_stride + out_rows[rho] * row_stride + slots[n] + j] (global memory for a
-    separate combine, or the block's shared memory), or with `adds` is added to what is there (`whole_tile`: the
-    chunks one after another into one sum)."""
+    """The GEMM's work of a warp, a device function, for a weight format (bits, group_size), steps of `words` words of
+    codes a lane, tiles of 8 * row_halves rows and `tiles` tiles of 8 outputs a warp: the float64 partial sums of one
+    chunk of K. With `ahead`, a step's scales, biases, exponents and S are loaded before its codes, so that all its
+    loads are in flight together (where the registers allow it: a round's tile of one row half). With `early`, the codes
+    of every step of the chunk are loaded before the first step, so that the warp waits on memory once a chunk, not once
+    a step; each step then moves the next step's codes to the front of b_words (constant places keep them in registers,
+    where an index that varies would put them in local memory): the round kernel's one-row 4-bit tiles. With `waits`,
+    the warp waits for its inputs here (launch.wait_for_inputs), after the early codes' loads or after asking L2 for the
+    chunk's weights, which no kernel writes: they come while the kernel before finishes. The caller places the tile:
+    lane (g, t) reads the digits of x rows x_rows[rho] (its rows g + 8 rho); tile n holds outputs bases[n] .. bases[n] +
+    7 of the weight, whose outputs start at row `first_weight` of packed, scales and biases (an expert's, in a stack of
+    experts); the partial sum of chunk c, row out_rows[rho] (none where negative) and the tile's output j goes to
+    partials[c * chunk_stride + out_rows[rho] * row_stride + slots[n] + j] (global memory for a separate combine, or the
+    block's shared memory), or with `adds` is added to what is there (`whole_tile`: the chunks one after another into
+    one sum)."""
     span, mmas = step_shape(bits, words)
     assert 4 * group_size >= span and (span % group_size == 0 or group_size % span == 0), "whole groups a lane"
     assert CHUNK_COLUMNS % span == 0 and CHUNK_COLUMNS % group_size == 0, "whole steps and groups a chunk"
@@ -159,18 +155,6 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early
             return np.uint32(0)
         q = c // halves % LIMBS * row_halves + c // halves // LIMBS  # the digit row (l, rho) of a_words
         return a_words[q * lane_words + m * 2 + j]
-
-    @cuda.jit(device=True)
-    def prefetch_weights(packed, scales, biases, weight_rows, group_rows, t, first_step, end_step):
-        """Ask L2 for the lines of the chunk's codes (lane t the t-th quarter of output g's) and of its first scales
-        and biases (outputs 2t, 2t + 1), loading nothing."""
-        word = min(first_step * 4 * words + t * (CHUNK_COLUMNS * bits // 128), end_step * 4 * words - 1)
-        first_group = first_step * span // group_size
-        for n in range(tiles):
-            prefetch_l2(packed, weight_rows[n] + np.uint64(word))
-            for oo in range(2):
-                prefetch_l2(scales, group_rows[n * 2 + oo] + np.uint64(first_group))
-                prefetch_l2(biases, group_rows[n * 2 + oo] + np.uint64(first_group))
 
     @cuda.jit(device=True)
     def step_values(exponents, sums, scales, biases, groups, x_rows, group_rows, first_group, step_exponents,
@@ -226,8 +210,13 @@ def tile_products(bits, group_size, words, row_halves, tiles, ahead=False, early
                         for n in range(tiles):
                             load_words(packed, weight_rows[n] + np.uint64((first_step + i) * 4 * words + t * words),
                                        words, code_width, b_words, (i * tiles + n) * words)
-            elif waits:
-                prefetch_weights(packed, scales, biases, weight_rows, group_rows, t, first_step, end_step)
+            elif waits:  # ask L2 for the chunk's codes (lane t: a quarter of output g's), scales and biases
+                quarter = min(first_step * 4 * words + t * (CHUNK_COLUMNS * bits // 128), end_step * 4 * words - 1)
+                for n in range(tiles):
+                    prefetch_l2(packed, weight_rows[n] + np.uint64(quarter))
+                    for oo in range(2):
+                        prefetch_l2(scales, group_rows[n * 2 + oo] + np.uint64(first_step * span // group_size))
+                        prefetch_l2(biases, group_rows[n * 2 + oo] + np.uint64(first_step * span // group_size))
             if waits:
                 wait_for_inputs()
             for s in range(first_step, end_step):
@@ -315,8 +304,8 @@ def lane_rows(x_rows, out_rows, rows, row_halves):
 
 @functools.cache
 def gemm_kernel(bits, group_size, words, row_halves, tiles):
-    """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the
-    rows of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
+    """The GEMM kernel (`tile_products`): block (x, y, z) takes outputs from (x * WARPS + warp) * tiles * 8 on, the rows
+    of row tile y, chunk z of K; rows past the last read the quantize kernel's zero rows and write nothing."""
     products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1)
 
     @kernel
@@ -336,17 +325,14 @@ def gemm_kernel(bits, group_size, words, row_halves, tiles):
 
 @functools.cache
 def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=False, waits=False):
-    """A round block's tile and its combine, as a device function (no partial sums through global memory, no
-    combine launch): the block's `chunks` warps take the outputs of `tiles` tiles of 8 from block x * tiles * 8 on
-    (gated: half the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs), of the weight whose
-    outputs start at row `first_weight`. Warp w computes chunk w of K (`tile_products`) into shared memory, lane (g, t)
-    on x rows x_rows[rho] of its tile rows g + 8 rho; then a thread per (row of the tile, output written) finishes it
-    as the combine kernel does (`finish_output`) into the y row y_rows[rho] of that tile row (none where negative),
-    which warp 0's lanes (g, 0) post for the block. `early`: each warp's codes of its chunk loaded before its first
-    step (`tile_products`). `waits`: the warps wait for their inputs in `tile_products`, after starting their
-    weights' loads, and every thread before the finish."""
-    products = tile_products(bits, group_size, words, row_halves, tiles, ahead=row_halves == 1, early=early,
-                             waits=waits)
+    """A round block's tile and its combine, as a device function (no partial sums through global memory, no combine
+    launch): the block's `chunks` warps take the outputs of `tiles` tiles of 8 from block x * tiles * 8 on (gated: half
+    the tiles gate rows from x * tiles * 4 on, half the up rows of the same outputs), of the weight whose outputs start
+    at row `first_weight`. Warp w computes chunk w of K (`tile_products`) into shared memory, lane (g, t) on x rows
+    x_rows[rho] of its tile rows g + 8 rho; then a thread per (row of the tile, output written) finishes it as the
+    combine kernel does (`finish_output`) into the y row y_rows[rho] of that tile row (none where negative), which warp
+    0's lanes (g, 0) post for the block. `early`, `waits`: as `tile_products` takes them."""
+    products = tile_products(bits, group_size, words, row_halves, tiles, row_halves == 1, early, waits)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     written = tile_outputs // 2 if gated else tile_outputs  # outputs a block writes
     sum_slots = chunks * tile_rows * tile_outputs  # a name: numba takes a shared array's size as one
@@ -389,11 +375,9 @@ def round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=
 def round_kernel(bits, group_size, words, row_halves, tiles, chunks, gated):
     """The GEMM and its combine in one launch, for a round's few rows (`round_tile`): block (x, y) of `chunks` warps
     takes row tile y; a padded row reads the quantize kernel's zero digits and is finished into no row of y. A tile of
-    one row half of 4-bit codes loads its chunk's codes first (`early`), which measured faster there (8-bit codes
-    would hold twice the registers). Its weights' loads start before it waits for x's quantize (`waits`), which lets
-    it launch at once."""
-    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, early=row_halves == 1 and bits == 4,
-                      waits=True)
+    one row half of 4-bit codes loads its chunk's codes first (`early`), which measured faster there (8-bit codes would
+    hold twice the registers). It starts its weights' loads before it waits for x's quantize (`waits`)."""
+    tile = round_tile(bits, group_size, words, row_halves, tiles, chunks, gated, row_halves == 1 and bits == 4, True)
 
     @kernel_waiting_inside  # in `tile`
     def round_gemm(digits, exponents, sums, columns, rows_pad, packed, width, scales, biases, groups, rows,
@@ -412,8 +396,7 @@ def finish_output(partials, at, chunk_stride, chunks, up_offset, gated, y, row, 
                   end3):
     """Output o of row `row` from its partial sums (partials[at + c * chunk_stride] for chunk c) added in chunk order:
     float32 into y where `output_index` places it, or gated SiLU(gate) * up with the up row's sums up_offset on."""
-    total = 0.0
-    up = 0.0
+    total, up = 0.0, 0.0
     for chunk in range(chunks):
         total += partials[at + chunk * chunk_stride]
         if gated:
@@ -453,11 +436,11 @@ def whole_bases(bases, tiles, written, gated, count):
 
 @functools.cache
 def whole_tile(bits, group_size, words, row_halves, tiles, gated):
-    """A warp's tile over the whole of K, finished in the same kernel (no partial sums through global memory, no
-    combine launch), as a device function: `tile_products` chunk after chunk of K, each chunk's partial sums added to
-    the warp's sums in the block's shared memory in chunk order (the combine's order), then each lane writes its own
-    outputs as `finish_output` does. The caller places the tile (bases, from `whole_bases`; x_rows) and names the y
-    row of each row half (y_rows, none where negative); y holds `rows` rows, gated [rows, out_features / 2]."""
+    """A warp's tile over the whole of K, finished in the same kernel (no partial sums through global memory, no combine
+    launch), as a device function: `tile_products` chunk after chunk of K, each chunk's partial sums added to the warp's
+    sums in the block's shared memory in chunk order (the combine's order), then each lane writes its own outputs as
+    `finish_output` does. The caller places the tile (bases, from `whole_bases`; x_rows) and names the y row of each row
+    half (y_rows, none where negative); y holds `rows` rows, gated [rows, out_features / 2]."""
     products = tile_products(bits, group_size, words, row_halves, tiles)
     tile_rows, tile_outputs = 8 * row_halves, 8 * tiles
     warp_slots = tile_rows * tile_outputs
@@ -497,9 +480,9 @@ def whole_tile(bits, group_size, words, row_halves, tiles, gated):
 
 @functools.cache
 def whole_kernel(bits, group_size, words, row_halves, tiles, gated):
-    """The GEMM over the whole of K and its finish in one launch (`whole_tile`), for a prompt chunk's many rows:
-    block (x, y) takes row tile y, and its warp w the outputs from (x * WARPS + w) * written on (written: 8 * tiles,
-    or 4 * tiles gated, `whole_bases`)."""
+    """The GEMM over the whole of K and its finish in one launch (`whole_tile`), for a prompt chunk's many rows: block
+    (x, y) takes row tile y, and its warp w the outputs from (x * WARPS + w) * written on (written: 8 * tiles, or 4 *
+    tiles gated, `whole_bases`)."""
     whole = whole_tile(bits, group_size, words, row_halves, tiles, gated)
     written = 4 * tiles if gated else 8 * tiles
 
