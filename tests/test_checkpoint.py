@@ -12,7 +12,8 @@ from tensorfold.errors import CheckpointError
 from tensorfold.model.checkpoint import stored_tensors
 from tensorfold.model.safetensors_io import read_header, write_file
 from tensorfold.model.writer import dense_tensors, write_checkpoint
-from tensorfold.numerics.formats import affine_rows, quantize_affine
+from tensorfold.cuda.quantize import exact_factor_bits
+from tensorfold.numerics.formats import affine_rows, bf16_to_f32, quantize_affine, significant_bits
 
 
 def tensors_of(folder):
@@ -190,6 +191,39 @@ def test_broken_checkpoint_names_the_tensor(tmp_path, tiny_hf, case):
     folder = rewrite(tiny_hf, str(tmp_path / "broken"), change)
     with pytest.raises(CheckpointError, match=message):
         tensorfold.load(folder, backend="numpy")
+
+
+def test_significant_bits_of_float32_values():
+    """Counted from the highest set bit of the significand (a normal number's implicit one included) to the lowest.
+    Control: a value one unit past 1.0 in the last place has all 24."""
+    values = np.array([0.0, 1.0, 1.5, -0.75, 3.0, 2.0 ** -140, np.nextafter(np.float32(1), np.float32(2))],
+                      np.float32)
+    assert significant_bits(values).tolist() == [0, 1, 2, 2, 2, 1, 24]
+
+
+def test_float32_scales_load_only_where_the_gemm_multiplies_them_exactly(tmp_path, tiny_mlx4):
+    """A module's scales stored as float32 load where each fits the bits that keep the affine GEMM's products exact
+    (quantize.exact_factor_bits: the GPU kernel fuses s * D + b * S into one rounding where the twin rounds twice,
+    the same bits only while s * D is exact), and are refused by name where a value has more. Control: the same
+    module's bf16 scales, stored as float32, load and hold the bf16 file's values."""
+    module = "language_model.model.layers.0.mlp.down_proj"
+    name = "layers.0.mlp.down_proj.weight"
+
+    def stored_as_f32(widen):
+        def change(tensors):
+            values = bf16_to_f32(tensors[module + ".scales"][1])
+            if widen:  # one unit in the last place more: 24 significant bits
+                values = np.nextafter(values, np.float32(np.inf))
+            tensors[module + ".scales"] = ("F32", values.astype(np.float32))
+            return tensors
+        return change
+
+    original = tensorfold.load(tiny_mlx4, backend="numpy").net.weights[name]
+    assert significant_bits(original.scales).max() <= 8 < exact_factor_bits(original.bits, original.group_size)[0]
+    loaded = tensorfold.load(rewrite(tiny_mlx4, str(tmp_path / "f32"), stored_as_f32(False)), backend="numpy")
+    assert np.array_equal(loaded.net.weights[name].scales, original.scales)
+    with pytest.raises(CheckpointError, match=f"{module}.scales: float32 values with up to 24 significant bits"):
+        tensorfold.load(rewrite(tiny_mlx4, str(tmp_path / "wide"), stored_as_f32(True)), backend="numpy")
 
 
 def test_quantized_weight_without_quantization_config(tmp_path, tiny_mlx4):

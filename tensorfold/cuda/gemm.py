@@ -12,7 +12,7 @@ per group, in exact integers and then in float64 in an order fixed by K alone:
 
     D_l[r, o, g] = sum_{k in g} q[o, k] * d_l[r, k]              int32, exact in any order (the tensor cores)
     D = D0 + 256 D1 + 65536 D2,  S[r, g] = sum_{k in g} X[r, k]   exact (below 2^53)
-    t = s[o, g] * D + b[o, g] * S                                 both products exact in float64, one rounding
+    t = s[o, g] * D + b[o, g] * S                                 products exact (`exact_factor_bits`), one rounding
     partial_c += t * 2^(e[r, g] - P)   for the groups g of chunk c, in increasing order    float64
     acc += partial_c                   for c = 0, 1, 2, ...  (chunks of CHUNK_COLUMNS columns)  float64
     y[r, o] = float32(acc)

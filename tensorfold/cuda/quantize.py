@@ -46,6 +46,16 @@ def quantize_x(x, group_size):
     return X.reshape(rows, columns), e, X.sum(axis=2)
 
 
+def exact_factor_bits(bits, group_size):
+    """(scale bits, bias bits): the most significant bits a scale s and a bias b may have for gemm.py's products
+    s * D and b * S to be exact in float64, D = sum q X and S = sum X over a group (|X| <= 2^P). The kernel's
+    `s * D + b * S` compiles to one fused multiply-add, the twin's to two roundings: the same bits only where both
+    products are exact. A bf16 or float16 scale (8 or 11 bits) always is; a float32 one may not be."""
+    largest_d = group_size * ((1 << bits) - 1) << P
+    largest_s = group_size << P
+    return 53 - largest_d.bit_length(), 53 - largest_s.bit_length()
+
+
 def step_shape(bits, words):
     """(columns a step covers, mmas a step: a word of 4-bit codes is one mma's two B registers, 8-bit codes need
     two words) for `words` words of codes a lane a step."""

@@ -24,12 +24,13 @@ import os
 
 import numpy as np
 
+from tensorfold.cuda.quantize import exact_factor_bits
 from tensorfold.errors import CheckpointError
 from tensorfold.model.config import ModelConfig
 from tensorfold.model.experts import gather_experts
 from tensorfold.model.files import brief, read_json_object
 from tensorfold.model.safetensors_io import read_header
-from tensorfold.numerics.formats import affine_rows, bf16_to_f32
+from tensorfold.numerics.formats import affine_rows, bf16_to_f32, significant_bits
 
 PREFIXES = (("model.language_model.", ""), ("language_model.model.", ""), ("language_model.lm_head.", "lm_head."),
             ("model.", ""))
@@ -228,8 +229,23 @@ def _linear(name, shape, found, config) -> Linear:
                                   f"{[*stack, out_features, in_features // group]} (group_size {group})")
     rows = math.prod(shape[:-1])
     flat = lambda a: a.reshape(rows, a.shape[-1])  # noqa: E731 (an expert stack's experts one after another)
-    return Linear("affine", rows, in_features, flat(weight.read()), flat(_float(scales)), flat(_float(biases)), bits,
-                  group)
+    scale_values, bias_values = _float(scales), _float(biases)
+    for part, values, most in zip((scales, biases), (scale_values, bias_values), exact_factor_bits(bits, group)):
+        _check_exact_factor(part, values, most)
+    return Linear("affine", rows, in_features, flat(weight.read()), flat(scale_values), flat(bias_values), bits, group)
+
+
+def _check_exact_factor(info, values, most: int) -> None:
+    """Refuse float32 scales or biases with more significant bits than the exact GEMM multiplies exactly
+    (quantize.exact_factor_bits): its GPU kernel and its CPU twin would round their sums differently. bf16 and
+    float16 values always fit."""
+    if info.dtype != "F32" or values.size == 0:
+        return
+    widest = int(significant_bits(values).max())
+    if widest > most:
+        raise CheckpointError(f"tensor {info.name}: float32 values with up to {widest} significant bits, where "
+                              f"{most} at most keep the affine GEMM exact; store them as bf16 or "
+                              f"float16, as MLX does for bf16 and float16 models")
 
 
 def load_weights(folder: str, config: ModelConfig, progress: bool = False) -> dict:

@@ -24,6 +24,17 @@ def f32_to_bf16(values):
     return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
 
 
+def significant_bits(values):
+    """The significant bits of each float32 value (int array): 0 for a zero, else the bits from the highest set one
+    of its significand (the implicit one of a normal number included) to the lowest set one."""
+    bits = np.asarray(values, np.float32).view(np.uint32)
+    fraction = (bits & np.uint32(0x7FFFFF)).astype(np.int64)
+    significand = np.where(bits & np.uint32(0x7F800000), fraction | (1 << 23), fraction)
+    lowest = significand & -significand  # the lowest set bit alone
+    return np.where(significand == 0, 0, np.floor(np.log2(np.maximum(significand, 1))).astype(np.int64)
+                    - np.floor(np.log2(np.maximum(lowest, 1))).astype(np.int64) + 1)
+
+
 def affine_rows(packed, scales, biases, bits, group_size, outs):
     """Dequantize the rows `outs` of an affine-quantized weight: float32 [len(outs), K]."""
     per_word = 32 // bits
