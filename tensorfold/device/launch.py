@@ -195,4 +195,3 @@ def kernel_waiting_inside(function):
     before it reads what another kernel writes and before it writes."""
     cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
     return CachedLaunch(cuda.jit(function), cached, waits=wait_for_inputs is not no_wait)
-
