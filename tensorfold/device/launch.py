@@ -180,11 +180,16 @@ def waiting(function):
     return namespace[function.__name__]
 
 
+def launches_cached() -> bool:
+    """Whether kernels launch through CachedLaunch's cache: on a GPU, unless TENSORFOLD_CACHED_LAUNCH=0."""
+    return not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
+
+
 def kernel(function):
     """`@cuda.jit` for a kernel, launched through CachedLaunch: cached on a GPU; through numba's own dispatcher under
     the simulator or with TENSORFOLD_CACHED_LAUNCH=0 (the switch that measures what the cache saves). With
     graphs.OVERLAP the kernel first waits for the kernels before it (`waiting`)."""
-    cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
+    cached = launches_cached()
     if not graphs.OVERLAP:
         return CachedLaunch(cuda.jit(function), cached)
     return CachedLaunch(cuda.jit(waiting(function)), cached, waits=True, py_func=function)
@@ -193,5 +198,4 @@ def kernel(function):
 def kernel_waiting_inside(function):
     """`kernel` for a kernel that calls `wait_for_inputs()` itself (see the module's docstring), every thread of it,
     before it reads what another kernel writes and before it writes."""
-    cached = not SIMULATED and os.environ.get("TENSORFOLD_CACHED_LAUNCH", "1") != "0"
-    return CachedLaunch(cuda.jit(function), cached, waits=wait_for_inputs is not no_wait)
+    return CachedLaunch(cuda.jit(function), launches_cached(), waits=wait_for_inputs is not no_wait)
