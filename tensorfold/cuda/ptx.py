@@ -18,10 +18,11 @@
 
 A numba `@intrinsic` types each call and emits the instruction with llvmlite's `ir.InlineAsm`. The simulator
 cannot run PTX, so under it each function is Python that computes the same values: `load16` reads the four
-words, and `mma_s8u8` has every lane give its registers to its warp (`simulator.warp_share`: one meeting of the
-warp's lanes, the block's other warps going on) and compute its own four accumulators from the whole warp's registers
-(the fragments unpacked into A and B by the index tables below, and multiplied as int64 NumPy matrices: exact, so the
-same integers); `shfl_xor` the same way, a value a lane. All 32 lanes of a warp must call them together, as on the GPU.
+words (and refuses an address that the GPU's load would fault on), and `mma_s8u8` has every lane give its registers
+to its warp (`simulator.warp_share`: one meeting of the warp's lanes, the block's other warps going on) and compute
+its own four accumulators from the whole warp's registers (the fragments unpacked into A and B by the index tables
+below, and multiplied as int64 NumPy matrices: exact, so the same integers); `shfl_xor` the same way, a value a lane.
+All 32 lanes of a warp must call them together, as on the GPU.
 """
 import numpy as np
 from numba import cuda
@@ -119,15 +120,22 @@ else:
         sums = [int(c) + int(product[g + 8 * (i >> 1), 2 * t + (i & 1)]) for i, c in enumerate((c0, c1, c2, c3))]
         return np.int32(sums[0]), np.int32(sums[1]), np.int32(sums[2]), np.int32(sums[3])
 
+    def aligned(array, index, words):
+        """Whether a load of `words` words may start at word `index` of `array` on the GPU: its address a multiple of
+        the load's bytes (a misaligned vector load faults there; the simulator's reads would not notice)."""
+        return (simulator.address(array) + 4 * int(index)) % (4 * words) == 0
+
     @cuda.jit(device=True)
     def load16(array, index):
         """The simulator's form: the four words, read one by one."""
+        assert aligned(array, index, 4)
         i = int(index)
         return np.uint32(array[i]), np.uint32(array[i + 1]), np.uint32(array[i + 2]), np.uint32(array[i + 3])
 
     @cuda.jit(device=True)
     def load8(array, index):
         """The simulator's form: the two words, read one by one."""
+        assert aligned(array, index, 2)
         i = int(index)
         return np.uint32(array[i]), np.uint32(array[i + 1])
 

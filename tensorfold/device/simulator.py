@@ -20,6 +20,9 @@ at every call.
 the whole warp (mma.sync, shfl.sync) makes them meet on a GPU, so that warps whose work differs need not meet each
 other. Each lane gives a value and gets every lane's, after one meeting of the warp.
 
+`address` gives a device array's place in memory, so that the simulator's forms of vector loads can refuse one that
+the GPU's would fault on.
+
 `unset_device_array` fills a new device array with what no kernel writes by accident (NaNs, -1, the largest
 unsigned value), where the simulator's holds whatever its memory held before: often a freed array's values, even
 the very values a check expects, so that an output a kernel left unwritten could pass.
@@ -153,6 +156,15 @@ def warp_share(value) -> list:
         thread.block.release(waiting)
     thread.block.wait()
     return shelf
+
+
+def address(array) -> int:
+    """Where a simulated device array's first element lies in memory, as a GPU's load would see its pointer: the NumPy
+    array under the simulator's wrappers (a kernel's argument wraps the device array, which wraps its host array)."""
+    while not isinstance(array, np.ndarray):
+        inside = vars(array)
+        array = inside["_item"] if "_item" in inside else inside["_ary"]
+    return array.ctypes.data
 
 
 def unset_device_array(device_array):
