@@ -133,12 +133,15 @@ def test_prefetch_changes_no_value(on_gpu):
 def test_simulator_refuses_a_misaligned_vector_load(load, count, on_gpu):
     """A vector load whose address is not a multiple of its bytes faults on the GPU; the simulator's form refuses it
     too, so a kernel that would fault there fails in CI: a start one word past a multiple, and a start of 0 in a view
-    that begins one word into its array. Control: the same starts in a whole array pass (the test above)."""
+    that begins one word into its array. Controls: a start at the multiple, and a view that begins `count` words in,
+    load their words."""
     if on_gpu:
         pytest.skip("on the GPU a misaligned load faults the context; this checks the simulator's form")
     words = np.arange(64, dtype=np.uint32)
     out = cuda.to_device(np.zeros((1, count), np.uint32))
-    with pytest.raises(AssertionError):
-        load_kernel(load, count)[1, 32](cuda.to_device(words), cuda.to_device(np.array([count + 1])), out)
-    with pytest.raises(AssertionError):
-        load_kernel(load, count)[1, 32](cuda.to_device(words)[1:], cuda.to_device(np.array([0])), out)
+    for source, start in ((cuda.to_device(words), count), (cuda.to_device(words)[count:], 0)):
+        load_kernel(load, count)[1, 32](source, cuda.to_device(np.array([start])), out)
+        assert np.array_equal(out.copy_to_host()[0], words[count:2 * count])
+    for source, start in ((cuda.to_device(words), count + 1), (cuda.to_device(words)[1:], 0)):
+        with pytest.raises(AssertionError):
+            load_kernel(load, count)[1, 32](source, cuda.to_device(np.array([start])), out)
