@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import tensorfold
+from tensorfold.cuda.quantize import exact_factor_bits
 from tensorfold.errors import CheckpointError
 from tensorfold.model.checkpoint import stored_tensors
 from tensorfold.model.safetensors_io import read_header, write_file
 from tensorfold.model.writer import dense_tensors, write_checkpoint
-from tensorfold.cuda.quantize import exact_factor_bits
 from tensorfold.numerics.formats import affine_rows, bf16_to_f32, quantize_affine, significant_bits
 
 
